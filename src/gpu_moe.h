@@ -1,0 +1,48 @@
+/*
+ * gpu_moe.h - the GPU W4A16 MoE pipeline (host side, C11): load-time conversion of a layer's
+ * weights to the kernels' layout, workspace query, and the forward pass (routing, grouping by
+ * expert, FC1 with FP4->BF16 dequantization in registers on BF16 tensor cores, activation,
+ * FC2, weighted combine plus shared expert). One stream, no host synchronisation inside the
+ * forward, capturable in a CUDA graph; the caller owns the workspace.
+ * Compiled on every machine; without a CUDA device the calls return FP4MOE_ERR_NOT_SUPPORTED.
+ */
+#ifndef FP4MOE_GPU_MOE_H
+#define FP4MOE_GPU_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "model_config.h"
+#include "moe_weights.h"
+
+/* Kernel families of the pipeline (which one runs is decided by the oracle, not here). */
+typedef enum fp4_gpu_kernel {
+    FP4_GPU_K_MMA = 0   /* portable SM80+: mma.sync m16n8k16 BF16, FP4 dequantized in registers */
+} fp4_gpu_kernel;
+
+/* Number of CUDA devices (0 when none or no driver) and compute capability of device 0. */
+int fp4_gpu_device_count(void);
+int fp4_gpu_device_cc(int *major, int *minor); /* returns 0 when no device */
+
+typedef struct fp4_gpu_moe fp4_gpu_moe;
+
+fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
+                                 fp4_gpu_kernel kernel, fp4_gpu_moe **out, fp4_err *e);
+void fp4_gpu_moe_destroy(fp4_gpu_moe *g);
+
+/* Bytes of device workspace forward needs for up to max_tokens tokens. */
+size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens);
+
+/* Device pointers: x_bf16[M, H] bf16, y[M, H] fp32, topk_ids[M, k] int32 and topk_w[M, k]
+ * fp32 (both may be NULL). stream is a cudaStream_t. Asynchronous: no host sync. */
+fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
+                                  int32_t *topk_ids, float *topk_w, void *workspace,
+                                  size_t workspace_bytes, void *stream, fp4_err *e);
+
+/* Host convenience for tools and tests: x[M, H] fp32 on the host (rounded to bf16), y and
+ * optional ids/weights on the host. Allocates, runs, synchronises. */
+fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, const float *x, int m, float *y,
+                                       int32_t *topk_ids, float *topk_w, fp4_err *e);
+
+#endif /* FP4MOE_GPU_MOE_H */
