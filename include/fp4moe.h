@@ -84,7 +84,7 @@ int fp4moe_model_layer_is_moe(fp4moe_model_t model, int layer);
 typedef struct fp4moe_layer_plan {
     char backend[32];
     char precision[32];
-    char dropped[64];
+    char dropped[128];
 } fp4moe_layer_plan;
 fp4moe_status fp4moe_model_layer_plan(fp4moe_model_t model, int layer, fp4moe_layer_plan *plan);
 

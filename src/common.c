@@ -32,13 +32,21 @@ fp4moe_status fp4_fail(fp4_err *e, fp4moe_status st, const char *fmt, ...)
 
 fp4moe_status fp4_err_prefix(fp4_err *e, const char *fmt, ...)
 {
-    char head[FP4_ERR_LEN], old[FP4_ERR_LEN];
+    char head[FP4_ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
-    memcpy(old, e->msg, sizeof old);
-    snprintf(e->msg, sizeof e->msg, "%s: %s", head, old);
+    size_t hl = strlen(head), ml = strlen(e->msg), cap = sizeof e->msg - 1;
+    if (hl + 2 > cap)
+        hl = cap - 2;
+    if (hl + 2 + ml > cap)
+        ml = cap - hl - 2;
+    memmove(e->msg + hl + 2, e->msg, ml);
+    memcpy(e->msg, head, hl);
+    e->msg[hl] = ':';
+    e->msg[hl + 1] = ' ';
+    e->msg[hl + 2 + ml] = '\0';
     return e->status;
 }
 
