@@ -1,6 +1,7 @@
 /* cmd_gen.c - `fp4moe gen`: write a random model directory (see src/gen.h). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "gen.h"
@@ -24,7 +25,8 @@ int cmd_gen(int argc, char **argv)
     fp4_gen_options o = {0};
     o.format = FP4_QF_MODELOPT;
     o.act = FP4_A_NONE;
-    o.progress = progress;
+    if (isatty(STDERR_FILENO))
+        o.progress = progress; /* shards written, on long runs */
     long v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
