@@ -26,5 +26,6 @@ int cmd_gen(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_layer(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif /* FP4MOE_CLI_H */

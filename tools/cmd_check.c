@@ -165,7 +165,7 @@ static int check_layer(fp4_ckpt *c, const fp4_device *dev, int L, int m, const c
         double agree = r.is_moe ? routing_agree(id, idr, m, k) : 1.0;
         double tol = r.is_moe ? tolerance(&r.decision) : 1e-4;
         int pass = nonfinite == 0 && err < tol && agree >= 0.99;
-        printf("layer %-3d %-12s %-15s tokens %-5d rel_err %.3e (tol %.0e) routing %6.2f%% %s%s%s\n", L,
+        printf("layer %-3d %-12s %-15s tokens %-5d rel_err %.3e (tol %.2g) routing %6.2f%% %s%s%s\n", L,
                r.is_moe ? r.decision.backend->name : "reference", r.is_moe ? r.decision.precision : "dense fp32",
                m, err, tol, 100.0 * agree, pass ? "PASS" : "FAIL",
                r.is_moe && r.decision.dropped[0] ? "  dropped: " : "", r.is_moe ? r.decision.dropped : "");

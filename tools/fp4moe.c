@@ -22,6 +22,7 @@ static void usage(FILE *f)
             "  check DIR [--layer L|--all] [--tokens M] [--moe-backend NAME|--all-backends]\n"
             "          [--routing uniform|skewed] [--seed S] [--layers N] [--device-arch ARCH]\n"
             "  layer DIR --layer L --input IN.safetensors --output OUT.safetensors [--moe-backend NAME]\n"
+            "  bench [--problems FILE] [--moe-backend NAME] [--reps N] [--json FILE] [--seed S]\n"
             "\n"
             "Run 'fp4moe <command> --help' for details. See README.md.\n",
             FP4MOE_VERSION);
@@ -91,7 +92,9 @@ int main(int argc, char **argv)
         return cmd_check(argc - 1, argv + 1);
     if (!strcmp(c, "layer"))
         return cmd_layer(argc - 1, argv + 1);
-    fprintf(stderr, "fp4moe: unknown command '%s' (expected gen, inspect, check or layer)\n", c);
+    if (!strcmp(c, "bench"))
+        return cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "fp4moe: unknown command '%s' (expected gen, inspect, check, layer or bench)\n", c);
     usage(stderr);
     return CLI_USAGE;
 }

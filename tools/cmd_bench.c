@@ -1,0 +1,407 @@
+/*
+ * cmd_bench.c - `fp4moe bench`: time one MoE layer per problem (bench/problems.txt format:
+ * "hidden intermediate experts topk M routing [shared]") for every GPU backend that serves
+ * it, beside floors measured in the same run:
+ *   memory floor  = bytes actually touched (expert weights hit + activations) / device copy
+ *                   bandwidth (cudaMemcpy device to device, bytes read + written);
+ *   compute floor = FLOPs (2 M topk 3 H I) / cuBLAS BF16 GEMM rate on an 8192^3 product;
+ * and the time cuBLAS takes for a dense BF16 GEMM of the same FLOPs ([M topk, H] x [H, 3I]).
+ * Each timing: the layer's forward captured in a CUDA graph, L2 flushed (a 256 MB memset)
+ * before every repetition, inputs rotated over 4 sets, median of the repetitions (CUDA events).
+ * Scope matches the peer script: routing included here (the peer builds it outside).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "fp4moe.h"
+
+#ifndef FP4MOE_WITH_CUDA
+int cmd_bench(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    fprintf(stderr, "fp4moe bench: this build has no CUDA support (built with FP4MOE_WITH_CUDA=OFF)\n");
+    return CLI_FAIL;
+}
+#else
+
+#include <math.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "gpu_moe.h"
+#include "moe_random.h"
+#include "oracle.h"
+
+static const char *usage_text =
+    "usage: fp4moe bench [--problems FILE] [--moe-backend NAME] [--reps N] [--json FILE] [--seed S]\n"
+    "default problems: bench/problems.txt of the source tree (FP4MOE_SRC, else the current directory).\n";
+
+#define ROTATE 4
+#define FLUSH_BYTES (256u << 20)
+
+typedef struct problem {
+    int hidden, inter, experts, topk, m, skewed, shared;
+} problem;
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t err_ = (call);                                                                 \
+        if (err_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "fp4moe bench: %s failed: %s\n", #call, cudaGetErrorString(err_));    \
+            exit(CLI_FAIL);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static void *flush_buf;
+
+/* Median microseconds of a graph launch, L2 flushed before each. graphs[r % n]. */
+static float time_graphs(cudaGraphExec_t *graphs, int n, int reps, cudaStream_t s)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    float *t = malloc((size_t)reps * sizeof *t);
+    for (int w = 0; w < 3; w++)
+        CK(cudaGraphLaunch(graphs[w % n], s));
+    for (int r = 0; r < reps; r++) {
+        CK(cudaMemsetAsync(flush_buf, r & 0xff, FLUSH_BYTES, s));
+        CK(cudaEventRecord(a, s));
+        CK(cudaGraphLaunch(graphs[r % n], s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        CK(cudaEventElapsedTime(&t[r], a, b));
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_float);
+    float med = t[reps / 2] * 1000.0f;
+    free(t);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return med;
+}
+
+/* Device-to-device copy bandwidth in bytes/s (read + write). */
+static double copy_bandwidth(cudaStream_t s)
+{
+    size_t n = (size_t)1 << 30;
+    void *x, *y;
+    CK(cudaMalloc(&x, n));
+    CK(cudaMalloc(&y, n));
+    CK(cudaMemsetAsync(x, 1, n, s));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    float t[9];
+    for (int r = 0; r < 9; r++) {
+        CK(cudaEventRecord(a, s));
+        CK(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice, s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        CK(cudaEventElapsedTime(&t[r], a, b));
+    }
+    qsort(t, 9, sizeof *t, cmp_float);
+    cudaFree(x);
+    cudaFree(y);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return 2.0 * (double)n / (t[4] * 1e-3);
+}
+
+/* Median microseconds of a cuBLAS BF16 GEMM C[m,n] = A[m,k] B[k,n], fp32 accumulate. Inputs
+ * random (never zeros). */
+static float cublas_us(cublasHandle_t h, int m, int n, int k, cudaStream_t s)
+{
+    void *A, *B, *C;
+    size_t na = (size_t)m * k, nb = (size_t)k * n;
+    CK(cudaMalloc(&A, na * 2));
+    CK(cudaMalloc(&B, nb * 2));
+    CK(cudaMalloc(&C, (size_t)m * n * 2));
+    uint16_t *host = malloc((na > nb ? na : nb) * 2);
+    uint64_t st = 12345;
+    for (size_t i = 0; i < (na > nb ? na : nb); i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        host[i] = fp4moe_bf16_from_float((float)((st >> 40) & 0xffff) / 65536.0f - 0.5f);
+    }
+    CK(cudaMemcpy(A, host, na * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(B, host, nb * 2, cudaMemcpyHostToDevice));
+    free(host);
+    float alpha = 1.0f, beta = 0.0f;
+    cublasSetStream(h, s);
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    /* column-major: C^T[n, m] = B^T[n, k] A^T[k, m] */
+    cublasStatus_t cs = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, B, CUDA_R_16BF, n, A,
+                                     CUDA_R_16BF, k, &beta, C, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT);
+    CK(cudaStreamEndCapture(s, &g));
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "fp4moe bench: cublasGemmEx failed (%d)\n", (int)cs);
+        exit(CLI_FAIL);
+    }
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    float us = time_graphs(&ge, 1, 20, s);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(C);
+    return us;
+}
+
+static int load_problems(const char *path, problem **out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "fp4moe bench: cannot open problems file '%s'\n", path);
+        return -1;
+    }
+    char line[512], routing[32];
+    int n = 0, cap = 0, lineno = 0;
+    problem *p = NULL;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *c = line;
+        while (*c == ' ' || *c == '\t')
+            c++;
+        if (*c == '#' || *c == '\n' || *c == '\0')
+            continue;
+        problem q = {0};
+        int got = sscanf(c, "%d %d %d %d %d %31s %d", &q.hidden, &q.inter, &q.experts, &q.topk, &q.m, routing, &q.shared);
+        if (got < 6 || q.hidden <= 0 || q.inter <= 0 || q.experts <= 0 || q.topk <= 0 || q.topk > q.experts || q.m <= 0 ||
+            (strcmp(routing, "uniform") && strcmp(routing, "skewed")) || q.shared < 0) {
+            fprintf(stderr, "fp4moe bench: '%s' line %d: expected \"hidden intermediate experts topk M uniform|skewed [shared]\" with positive sizes and topk <= experts, found: %s",
+                    path, lineno, line);
+            fclose(f);
+            free(p);
+            return -1;
+        }
+        q.skewed = !strcmp(routing, "skewed");
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            p = realloc(p, (size_t)cap * sizeof *p);
+        }
+        p[n++] = q;
+    }
+    fclose(f);
+    *out = p;
+    return n;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *problems_path = NULL, *json_path = NULL, *backend = NULL;
+    long reps = 30;
+    uint64_t seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return CLI_OK;
+        } else if (!strcmp(a, "--problems")) {
+            if (!(problems_path = cli_value("bench", argc, argv, &i)))
+                return CLI_USAGE;
+        } else if (!strcmp(a, "--json")) {
+            if (!(json_path = cli_value("bench", argc, argv, &i)))
+                return CLI_USAGE;
+        } else if (!strcmp(a, "--moe-backend")) {
+            if (!(backend = cli_value("bench", argc, argv, &i)))
+                return CLI_USAGE;
+        } else if (!strcmp(a, "--reps")) {
+            if (!(val = cli_value("bench", argc, argv, &i)) || !cli_int("bench", a, val, 3, 100000, &reps))
+                return CLI_USAGE;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(val = cli_value("bench", argc, argv, &i)) || !cli_u64("bench", a, val, &seed))
+                return CLI_USAGE;
+        } else {
+            fprintf(stderr, "fp4moe bench: unknown argument '%s'\n%s", a, usage_text);
+            return CLI_USAGE;
+        }
+    }
+    char default_path[4096];
+    if (!problems_path) {
+        const char *src = getenv("FP4MOE_SRC");
+        snprintf(default_path, sizeof default_path, "%s/bench/problems.txt", src ? src : ".");
+        problems_path = default_path;
+    }
+    problem *probs = NULL;
+    int np = load_problems(problems_path, &probs);
+    if (np < 0)
+        return CLI_USAGE;
+    fp4_err e = {0};
+    fp4_device dev;
+    fp4_device_resolve(NULL, &dev, &e);
+    if (!dev.cuda) {
+        fprintf(stderr, "fp4moe bench: no CUDA device\n");
+        free(probs);
+        return CLI_FAIL;
+    }
+    int nreg;
+    const fp4_backend *const *reg = fp4_backend_registry(&nreg);
+    if (backend && !fp4_backend_lookup(reg, nreg, backend)) {
+        char names[512];
+        fp4_backend_list(reg, nreg, names, sizeof names);
+        fprintf(stderr, "fp4moe bench: --moe-backend: unknown backend '%s'; valid backends: %s\n", backend, names);
+        free(probs);
+        return CLI_USAGE;
+    }
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc(&flush_buf, FLUSH_BYTES));
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "fp4moe bench: cublasCreate failed\n");
+        return CLI_FAIL;
+    }
+    double bw = copy_bandwidth(s);
+    float peak_us = cublas_us(h, 8192, 8192, 8192, s);
+    double peak = 2.0 * 8192.0 * 8192.0 * 8192.0 / (peak_us * 1e-6);
+    printf("device %s: copy %.0f GB/s (read+write), cuBLAS BF16 %.0f TFLOP/s (8192^3)\n", dev.name, bw / 1e9, peak / 1e12);
+    FILE *jf = NULL;
+    if (json_path && !(jf = fopen(json_path, "w"))) {
+        fprintf(stderr, "fp4moe bench: cannot write '%s'\n", json_path);
+        return CLI_FAIL;
+    }
+    if (jf)
+        fprintf(jf, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cublas_peak_TFLOPs\": %.1f, \"results\": [\n", dev.name,
+                bw / 1e9, peak / 1e12);
+    printf("%-32s %-10s %9s %9s %7s %8s %7s %9s %9s\n", "problem (H I E k M routing)", "backend", "us", "floor_us",
+           "x_floor", "GB/s", "TFLOP/s", "cublas_us", "kernel");
+    int first_json = 1;
+    fp4_moe_random rw = {0};
+    int have = 0;
+    problem cur = {0};
+    for (int pi = 0; pi < np; pi++) {
+        problem *p = &probs[pi];
+        fprintf(stderr, "[%d/%d] H %d I %d E %d top-%d M %d %s\n", pi + 1, np, p->hidden, p->inter, p->experts, p->topk,
+                p->m, p->skewed ? "skewed" : "uniform");
+        fp4_arch A;
+        fp4_arch_for_bench(&A, p->hidden, p->inter, p->experts, p->topk, p->shared);
+        if (!have || cur.hidden != p->hidden || cur.inter != p->inter || cur.experts != p->experts ||
+            cur.shared != p->shared) {
+            if (have)
+                fp4_moe_random_free(&rw);
+            if (fp4_moe_random_create(&A, seed, &rw, &e))
+                return cli_error("bench", &e);
+            have = 1;
+            cur = *p;
+        }
+        /* Skewed routing: a strong bias toward the first 16 experts. */
+        for (int j = 0; j < p->experts; j++)
+            rw.w.router_bias[j] = (p->skewed && j < 16) ? 1.0f : 0.0f;
+        fp4_layer_need need = {0, {FP4_W_NVFP4, FP4_A_NONE}, {FP4_W_NVFP4, FP4_A_NONE}, A.act, A.swiglu_limit};
+        for (int b = 0; b < nreg; b++) {
+            if (reg[b]->gpu_kernel < 0)
+                continue;
+            if (backend && fp4_backend_lookup(reg, nreg, backend) != reg[b])
+                continue;
+            char reason[256];
+            if (!fp4_backend_serves(reg[b], &dev, &need, reason, sizeof reason)) {
+                printf("  %s: SKIP: %s\n", reg[b]->name, reason);
+                continue;
+            }
+            fp4_gpu_moe *g = NULL;
+            if (fp4_gpu_moe_create(&A, &rw.w, (fp4_gpu_kernel)reg[b]->gpu_kernel, &g, &e))
+                return cli_error("bench", &e);
+            size_t wsb = fp4_gpu_moe_workspace_size(g, p->m), xb = (size_t)p->m * p->hidden * 2;
+            void *ws, *x[ROTATE];
+            float *y;
+            int32_t *ids;
+            float *tw;
+            CK(cudaMalloc(&ws, wsb ? wsb : 1));
+            CK(cudaMalloc((void **)&y, (size_t)p->m * p->hidden * 4));
+            CK(cudaMalloc((void **)&ids, (size_t)p->m * p->topk * 4));
+            CK(cudaMalloc((void **)&tw, (size_t)p->m * p->topk * 4));
+            uint16_t *hx = malloc(xb);
+            uint64_t st = seed + (uint64_t)pi;
+            int32_t *hid = malloc((size_t)p->m * p->topk * 4);
+            unsigned char *hit = calloc((size_t)p->experts, 1);
+            cudaGraphExec_t ge[ROTATE];
+            for (int r = 0; r < ROTATE; r++) {
+                for (size_t i = 0; i < (size_t)p->m * p->hidden; i++) {
+                    st = st * 6364136223846793005ull + 1442695040888963407ull;
+                    hx[i] = fp4moe_bf16_from_float(((float)((st >> 40) & 0xffff) / 65536.0f - 0.5f) * 3.4f);
+                }
+                CK(cudaMalloc(&x[r], xb));
+                CK(cudaMemcpy(x[r], hx, xb, cudaMemcpyHostToDevice));
+                if (fp4_gpu_moe_forward(g, x[r], p->m, y, ids, tw, ws, wsb, s, &e))
+                    return cli_error("bench", &e);
+                CK(cudaStreamSynchronize(s));
+                CK(cudaMemcpy(hid, ids, (size_t)p->m * p->topk * 4, cudaMemcpyDeviceToHost));
+                for (int i = 0; i < p->m * p->topk; i++)
+                    if (hid[i] >= 0 && hid[i] < p->experts)
+                        hit[hid[i]] = 1;
+                cudaGraph_t gr;
+                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                fp4moe_status fst = fp4_gpu_moe_forward(g, x[r], p->m, y, ids, tw, ws, wsb, s, &e);
+                CK(cudaStreamEndCapture(s, &gr));
+                if (fst)
+                    return cli_error("bench", &e);
+                CK(cudaGraphInstantiate(&ge[r], gr, 0));
+                cudaGraphDestroy(gr);
+            }
+            int n_hit = 0;
+            for (int j = 0; j < p->experts; j++)
+                n_hit += hit[j];
+            /* Over the rotated inputs the union of experts hit is an upper bound of the
+             * per-call bytes; report per-call bytes from the expected count instead. */
+            double per_expert = 3.0 * p->inter * (double)p->hidden * 0.5625;
+            double expect_hit = p->experts * (1.0 - pow(1.0 - (double)p->topk / p->experts, p->m));
+            if (p->skewed || expect_hit > n_hit)
+                expect_hit = n_hit;
+            double bytes = expect_hit * per_expert + (double)p->shared * 3.0 * p->hidden * 2.0 +
+                           (double)p->m * p->hidden * (2.0 + 4.0);
+            double flops = 2.0 * p->m * (double)p->topk * 3.0 * p->hidden * p->inter +
+                           2.0 * p->m * 3.0 * (double)p->hidden * p->shared;
+            float us = time_graphs(ge, ROTATE, (int)reps, s);
+            float cb = cublas_us(h, p->m * p->topk, 3 * p->inter, p->hidden, s);
+            double floor_mem = bytes / bw * 1e6, floor_tc = flops / peak * 1e6;
+            double floor_us = floor_mem > floor_tc ? floor_mem : floor_tc;
+            char label[64];
+            snprintf(label, sizeof label, "%d %d %d %d %d %s", p->hidden, p->inter, p->experts, p->topk, p->m,
+                     p->skewed ? "skewed" : "uniform");
+            printf("%-32s %-10s %9.1f %9.1f %7.2f %8.0f %7.1f %9.1f %9s\n", label, reg[b]->name, us, floor_us,
+                   us / floor_us, bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12, cb,
+                   floor_mem > floor_tc ? "memory" : "compute");
+            fflush(stdout);
+            if (jf) {
+                fprintf(jf, "%s  {\"hidden\": %d, \"inter\": %d, \"experts\": %d, \"topk\": %d, \"m\": %d, \"routing\": \"%s\", \"shared\": %d, \"backend\": \"%s\", \"us\": %.2f, \"bytes\": %.0f, \"flops\": %.0f, \"floor_mem_us\": %.2f, \"floor_tc_us\": %.2f, \"x_floor\": %.3f, \"GBps\": %.1f, \"TFLOPs\": %.2f, \"cublas_same_flops_us\": %.2f, \"experts_hit\": %.1f}",
+                        first_json ? "" : ",\n", p->hidden, p->inter, p->experts, p->topk, p->m, p->skewed ? "skewed" : "uniform",
+                        p->shared, reg[b]->name, us, bytes, flops, floor_mem, floor_tc, us / floor_us,
+                        bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12, cb, expect_hit);
+                first_json = 0;
+            }
+            for (int r = 0; r < ROTATE; r++) {
+                cudaGraphExecDestroy(ge[r]);
+                cudaFree(x[r]);
+            }
+            cudaFree(ws);
+            cudaFree(y);
+            cudaFree(ids);
+            cudaFree(tw);
+            free(hx);
+            free(hid);
+            free(hit);
+            fp4_gpu_moe_destroy(g);
+        }
+    }
+    if (jf) {
+        fprintf(jf, "\n]}\n");
+        fclose(jf);
+    }
+    if (have)
+        fp4_moe_random_free(&rw);
+    cublasDestroy(h);
+    cudaFree(flush_buf);
+    cudaStreamDestroy(s);
+    free(probs);
+    return CLI_OK;
+}
+#endif
