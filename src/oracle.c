@@ -140,6 +140,16 @@ void fp4_layer_need_str(const fp4_layer_need *need, char *buf, size_t len)
                  fp4_ascheme_name(need->fc1.a), fp4_ascheme_name(need->fc2.a));
 }
 
+void fp4_decision_note(const fp4_decision *d, const char *layers, char *buf, size_t len)
+{
+    if (!d->backend || !d->dropped[0]) {
+        buf[0] = '\0';
+        return;
+    }
+    snprintf(buf, len, "%s: backend %s runs %s (activations not quantized); dropped %s", layers,
+             d->backend->name, d->precision, d->dropped);
+}
+
 static const char *act_name(fp4_act a)
 {
     return a == FP4_ACT_SWIGLUOAI ? "swigluoai" : "silu";

@@ -79,6 +79,11 @@ fp4moe_status fp4_oracle_select(const fp4_backend *const *reg, int n, const fp4_
                                 const char *requested, const fp4_layer_need *need,
                                 fp4_decision *out, fp4_err *e);
 
+/* The one line said once per layer group when metadata is dropped, e.g. "layers 1-3:
+ * backend w4a16-mma runs W4A16 (activations not quantized); dropped nvfp4-per-token
+ * activation scales (FC1)". Empty when nothing was dropped. */
+void fp4_decision_note(const fp4_decision *d, const char *layers, char *buf, size_t len);
+
 /* "nvfp4/nvfp4-per-token" (or "nvfp4/fc1 nvfp4-per-token, fc2 none" when they differ). */
 void fp4_layer_need_str(const fp4_layer_need *need, char *buf, size_t len);
 

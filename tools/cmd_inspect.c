@@ -274,7 +274,7 @@ int cmd_inspect(int argc, char **argv)
         else
             snprintf(act, sizeof act, "fc1 %s, fc2 %s", fp4_ascheme_name(g->fc1.a), fp4_ascheme_name(g->fc2.a));
         if (!json) {
-            printf("  layers %-7s %-5s %s weights %s, activations %s\n", range, g->moe ? "moe" : "dense",
+            printf("  %-6s %-7s %-5s %s weights %s, activations %s\n", L1 - L0 == 1 ? "layer" : "layers", range, g->moe ? "moe" : "dense",
                    g->moe ? "experts" : "mlp", fp4_wscheme_name(g->fc1.w), act);
             if (g->error[0])
                 printf("                 error: %s\n", g->error);
@@ -283,9 +283,11 @@ int cmd_inspect(int argc, char **argv)
                        g->d.dropped[0] ? ", dropped " : "", g->d.dropped);
             else
                 printf("                 backend reference (dense MLP layers run on the CPU reference)\n");
-            if (g->d.dropped[0])
-                fprintf(stderr, "fp4moe: layers %s: backend %s runs W4A16 with BF16 activations; dropped %s\n",
-                        range, g->d.backend->name, g->d.dropped);
+            char where[48], note[320];
+            snprintf(where, sizeof where, "%s %s", L1 - L0 == 1 ? "layer" : "layers", range);
+            fp4_decision_note(&g->d, where, note, sizeof note);
+            if (note[0])
+                fprintf(stderr, "fp4moe: %s\n", note);
         }
         for (int L = L0; L < L1; L++) {
             cJSON *o = cJSON_CreateObject();

@@ -115,9 +115,11 @@ int cmd_layer(int argc, char **argv)
         cli_error("layer", &e);
         goto out;
     }
-    if (r.is_moe && r.decision.dropped[0])
-        fprintf(stderr, "fp4moe: layer %ld: backend %s runs W4A16 with BF16 activations; dropped %s\n", layer,
-                r.decision.backend->name, r.decision.dropped);
+    char where[32], note[320];
+    snprintf(where, sizeof where, "layer %ld", layer);
+    fp4_decision_note(&r.decision, where, note, sizeof note);
+    if (r.is_moe && note[0])
+        fprintf(stderr, "fp4moe: %s\n", note);
     y = malloc((size_t)m * H * sizeof *y);
     ids = malloc((size_t)m * k * sizeof *ids);
     w = malloc((size_t)m * k * sizeof *w);
