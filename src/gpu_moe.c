@@ -1,2 +1,524 @@
-/* gpu_moe.c - placeholder; the GPU pipeline's host side lands here. */
+/*
+ * gpu_moe.c - host side of the GPU W4A16 MoE pipeline (gpu_moe.h): load-time conversion of
+ * one layer's weights to the kernels' layout, workspace layout, and the forward pass as one
+ * stream of launches (route -> group -> FC1 -> FC2 -> shared FC1/FC2 -> combine) with no
+ * host synchronisation and grids fixed by M, so it can be captured in a CUDA graph.
+ * Device layout (FP4_GPU_K_MMA, see src/cuda/w4a16_mma_gemm.cuh):
+ *   routed W13 [E][2I][H/2] packed e2m1, gate rows then up rows, bytes permuted per 32-byte
+ *   group (fp4_mma_permute_row); S13 [E][2I][H/16] e4m3 linear; G13 [E][2] fp32 (gate, up);
+ *   W2 [E][H][I/2] permuted, S2 [E][H][I/16], G2 [E]. Router [E, H] fp32, bias [E].
+ *   Shared expert: nvfp4 -> the same layout with E = 1; mxfp8 / bf16 -> bf16 [2Is][H], [H][Is].
+ * Workspace (for M tokens, slots = ceil(M k / 64) + E): ids/weights [M k], tile table
+ * [slots], padded rows src/dst/weight [slots * 64], a [slots * 64, I] bf16, per-pair FC2
+ * output [M k, H] fp32, shared a [M, Is] bf16.
+ * Limits: routed experts nvfp4 only; H, I, Is multiples of 64; E <= 256; H <= 16384.
+ * Without FP4MOE_WITH_CUDA every call returns FP4MOE_ERR_NOT_SUPPORTED.
+ */
 #include "gpu_moe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef FP4MOE_WITH_CUDA
+
+int fp4_gpu_device_count(void) { return 0; }
+
+int fp4_gpu_device_cc(int *major, int *minor)
+{
+    if (major) *major = 0;
+    if (minor) *minor = 0;
+    return 0;
+}
+
+fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
+                                 fp4_gpu_kernel kernel, fp4_gpu_moe **out, fp4_err *e)
+{
+    (void)a, (void)w, (void)kernel;
+    if (out) *out = NULL;
+    return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: built without CUDA");
+}
+
+void fp4_gpu_moe_destroy(fp4_gpu_moe *g) { (void)g; }
+
+size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens)
+{
+    (void)g, (void)max_tokens;
+    return 0;
+}
+
+fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
+                                  int32_t *topk_ids, float *topk_w, void *workspace,
+                                  size_t workspace_bytes, void *stream, fp4_err *e)
+{
+    (void)g, (void)x_bf16, (void)m, (void)y, (void)topk_ids, (void)topk_w, (void)workspace,
+        (void)workspace_bytes, (void)stream;
+    return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: built without CUDA");
+}
+
+fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, const float *x, int m, float *y,
+                                       int32_t *topk_ids, float *topk_w, fp4_err *e)
+{
+    (void)g, (void)x, (void)m, (void)y, (void)topk_ids, (void)topk_w;
+    return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: built without CUDA");
+}
+
+#else /* FP4MOE_WITH_CUDA */
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/moe_combine.cuh"
+#include "cuda/moe_group.cuh"
+#include "cuda/moe_route.cuh"
+#include "cuda/w4a16_mma_gemm.cuh"
+
+#define FP4_GPU_MAX_HIDDEN 16384
+
+struct fp4_gpu_moe {
+    fp4_arch arch;
+    fp4_gpu_kernel kernel;
+    int n_experts, hidden, inter, topk;     /* E, H, I, k */
+    int has_shared, shared_inter;           /* Is */
+    int shared_fmt;                         /* fp4_mma_wfmt of the shared expert */
+    float *router, *bias;                   /* [E, H], [E] or NULL */
+    uint8_t *w13, *s13, *w2, *s2;           /* routed, layout above */
+    float *g13, *g2;                        /* [E][2], [E] */
+    uint8_t *sh_w13, *sh_s13, *sh_w2, *sh_s2; /* shared nvfp4 */
+    float *sh_g13, *sh_g2;                  /* [2], [1] */
+    uint16_t *sh_b13, *sh_b2;               /* shared bf16 [2Is][H], [H][Is] */
+};
+
+typedef struct gpu_ws {
+    int n_slots;
+    size_t ids, w, tile_expert, row_src, row_dst, row_w, a, pairs, sh_a, total; /* offsets */
+} gpu_ws;
+
+static fp4moe_status cuda_fail(fp4_err *e, cudaError_t err, const char *what)
+{
+    return fp4_fail(e, err == cudaErrorMemoryAllocation ? FP4MOE_ERR_OUT_OF_MEMORY
+                                                        : FP4MOE_ERR_CUDA,
+                    "GPU MoE: %s failed: %s (%s)", what, cudaGetErrorName(err),
+                    cudaGetErrorString(err));
+}
+
+int fp4_gpu_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+int fp4_gpu_device_cc(int *major, int *minor)
+{
+    int ma = 0, mi = 0;
+    if (fp4_gpu_device_count() < 1 ||
+        cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ma = mi = 0;
+    }
+    if (major) *major = ma;
+    if (minor) *minor = mi;
+    return ma > 0;
+}
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static gpu_ws ws_layout(const fp4_gpu_moe *g, int m)
+{
+    gpu_ws l;
+    size_t pairs = (size_t)m * g->topk, off = 0;
+    l.n_slots = fp4_moe_group_slots(m, g->topk, g->n_experts, FP4_MMA_TILE_M);
+    size_t rows = (size_t)l.n_slots * FP4_MMA_TILE_M;
+#define TAKE(field, bytes) (l.field = off, off = align256(off + (bytes)))
+    TAKE(ids, pairs * 4);
+    TAKE(w, pairs * 4);
+    TAKE(tile_expert, (size_t)l.n_slots * 4);
+    TAKE(row_src, rows * 4);
+    TAKE(row_dst, rows * 4);
+    TAKE(row_w, rows * 4);
+    TAKE(a, rows * g->inter * 2);
+    TAKE(pairs, pairs * g->hidden * 4);
+    TAKE(sh_a, g->has_shared ? (size_t)m * g->shared_inter * 2 : 0);
+#undef TAKE
+    l.total = off;
+    return l;
+}
+
+size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens)
+{
+    if (!g || max_tokens < 1) return 0;
+    return ws_layout(g, max_tokens).total;
+}
+
+void fp4_gpu_moe_destroy(fp4_gpu_moe *g)
+{
+    if (!g) return;
+    void *ptrs[] = {g->router, g->bias,   g->w13,    g->s13,    g->w2,     g->s2,
+                    g->g13,    g->g2,     g->sh_w13, g->sh_s13, g->sh_w2,  g->sh_s2,
+                    g->sh_g13, g->sh_g2,  g->sh_b13, g->sh_b2};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (ptrs[i]) cudaFree(ptrs[i]);
+    free(g);
+}
+
+static fp4moe_status dev_alloc(void **p, size_t bytes, const char *what, fp4_err *e)
+{
+    cudaError_t err = cudaMalloc(p, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        *p = NULL;
+        (void)cudaGetLastError();
+        return fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY,
+                        "GPU MoE: cudaMalloc of %zu bytes for %s failed: %s", bytes, what,
+                        cudaGetErrorString(err));
+    }
+    return FP4MOE_OK;
+}
+
+static fp4moe_status upload(void *dst, const void *src, size_t bytes, const char *what,
+                            fp4_err *e)
+{
+    cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return err == cudaSuccess ? FP4MOE_OK : cuda_fail(e, err, what);
+}
+
+/* Check one linear's scheme and shape; name is e.g. "expert 5 gate". */
+static fp4moe_status check_linear(const fp4_linear *l, int need_nvfp4, int n, int k,
+                                  int layer, const char *name, fp4_err *e)
+{
+    if (need_nvfp4 && l->scheme.w != FP4_W_NVFP4)
+        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
+                        "GPU MoE kernel 'mma': layer %d %s weight scheme is '%s'; routed "
+                        "experts must be 'nvfp4'", layer, name, fp4_wscheme_name(l->scheme.w));
+    if (l->n != n || l->k != k)
+        return fp4_fail(e, FP4MOE_ERR_FORMAT,
+                        "GPU MoE: layer %d %s has shape [%d, %d], expected [%d, %d]", layer,
+                        name, l->n, l->k, n, k);
+    if (!l->w || (l->scheme.w != FP4_W_BF16 && !l->scale))
+        return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT, "GPU MoE: layer %d %s has no data",
+                        layer, name);
+    if (l->scheme.w == FP4_W_MXFP8 && k % 32)
+        return fp4_fail(e, FP4MOE_ERR_FORMAT, "GPU MoE: layer %d %s: mxfp8 needs in_features "
+                        "%% 32 == 0, got %d", layer, name, k);
+    return FP4MOE_OK;
+}
+
+/* Append one nvfp4 linear's rows (permuted) and scales into host staging buffers. */
+static void stage_nvfp4(const fp4_linear *l, uint8_t *wq, uint8_t *ws)
+{
+    for (int r = 0; r < l->n; r++)
+        fp4_mma_permute_row(l->w + (size_t)r * (l->k / 2), wq + (size_t)r * (l->k / 2), l->k);
+    memcpy(ws, l->scale, (size_t)l->n * (l->k / 16));
+}
+
+/* Dequantize a bf16 or mxfp8 linear to bf16 rows (exact for both). */
+static void stage_bf16(const fp4_linear *l, uint16_t *out, float *tmp_row)
+{
+    for (int r = 0; r < l->n; r++) {
+        uint16_t *o = out + (size_t)r * l->k;
+        if (l->scheme.w == FP4_W_BF16) {
+            memcpy(o, l->w + (size_t)r * l->k * 2, (size_t)l->k * 2);
+            continue;
+        }
+        fp4moe_mxfp8_dequantize(l->w + (size_t)r * l->k, l->scale + (size_t)r * (l->k / 32),
+                                (size_t)l->k, tmp_row);
+        for (int i = 0; i < l->k; i++) o[i] = fp4moe_bf16_from_float(tmp_row[i]);
+    }
+}
+
+/* Upload gate/up (stacked) and down of one expert-like triple in nvfp4 at index idx. */
+static fp4moe_status upload_nvfp4_triple(const fp4_linear *gate, const fp4_linear *up,
+                                         const fp4_linear *down, int idx, uint8_t *w13,
+                                         uint8_t *s13, uint8_t *w2, uint8_t *s2, float *g13,
+                                         float *g2, uint8_t *hw, uint8_t *hs, fp4_err *e)
+{
+    int i = gate->n, h = gate->k;
+    size_t q13 = (size_t)2 * i * (h / 2), c13 = (size_t)2 * i * (h / 16);
+    size_t q2 = (size_t)h * (i / 2), c2 = (size_t)h * (i / 16);
+    fp4moe_status st;
+    stage_nvfp4(gate, hw, hs);
+    stage_nvfp4(up, hw + q13 / 2, hs + c13 / 2);
+    if ((st = upload(w13 + idx * q13, hw, q13, "W13 upload", e)) ||
+        (st = upload(s13 + idx * c13, hs, c13, "S13 upload", e)))
+        return st;
+    stage_nvfp4(down, hw, hs);
+    if ((st = upload(w2 + idx * q2, hw, q2, "W2 upload", e)) ||
+        (st = upload(s2 + idx * c2, hs, c2, "S2 upload", e)))
+        return st;
+    float gs[2] = {gate->global_scale, up->global_scale};
+    if ((st = upload(g13 + 2 * idx, gs, sizeof gs, "G13 upload", e)) ||
+        (st = upload(g2 + idx, &down->global_scale, sizeof(float), "G2 upload", e)))
+        return st;
+    return FP4MOE_OK;
+}
+
+static fp4moe_status load_shared(fp4_gpu_moe *g, const fp4_moe_weights *w, uint8_t *hw,
+                                 uint8_t *hs, fp4_err *e)
+{
+    int h = g->hidden, is = g->shared_inter, L = w->layer;
+    const fp4_linear *sg = &w->sh_gate, *su = &w->sh_up, *sd = &w->sh_down;
+    fp4moe_status st;
+    if ((st = check_linear(sg, 0, is, h, L, "shared gate", e)) ||
+        (st = check_linear(su, 0, is, h, L, "shared up", e)) ||
+        (st = check_linear(sd, 0, h, is, L, "shared down", e)))
+        return st;
+    int all_fp4 = sg->scheme.w == FP4_W_NVFP4 && su->scheme.w == FP4_W_NVFP4 &&
+                  sd->scheme.w == FP4_W_NVFP4;
+    if (all_fp4) {
+        g->shared_fmt = FP4_MMA_W_NVFP4;
+        if ((st = dev_alloc((void **)&g->sh_w13, (size_t)2 * is * (h / 2), "shared W13", e)) ||
+            (st = dev_alloc((void **)&g->sh_s13, (size_t)2 * is * (h / 16), "shared S13", e)) ||
+            (st = dev_alloc((void **)&g->sh_w2, (size_t)h * (is / 2), "shared W2", e)) ||
+            (st = dev_alloc((void **)&g->sh_s2, (size_t)h * (is / 16), "shared S2", e)) ||
+            (st = dev_alloc((void **)&g->sh_g13, 2 * sizeof(float), "shared G13", e)) ||
+            (st = dev_alloc((void **)&g->sh_g2, sizeof(float), "shared G2", e)))
+            return st;
+        return upload_nvfp4_triple(sg, su, sd, 0, g->sh_w13, g->sh_s13, g->sh_w2, g->sh_s2,
+                                   g->sh_g13, g->sh_g2, hw, hs, e);
+    }
+    /* Mixed or non-nvfp4: everything to bf16 (nvfp4 parts dequantized exactly as well). */
+    g->shared_fmt = FP4_MMA_W_BF16;
+    size_t n13 = (size_t)2 * is * h, n2 = (size_t)h * is;
+    uint16_t *b = malloc((n13 > n2 ? n13 : n2) * 2);
+    float *tmp = malloc((size_t)(h > is ? h : is) * sizeof(float));
+    if (!b || !tmp) {
+        free(b);
+        free(tmp);
+        return fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE: host staging of shared expert");
+    }
+    const fp4_linear *parts[3] = {sg, su, sd};
+    size_t at = 0;
+    st = dev_alloc((void **)&g->sh_b13, n13 * 2, "shared W13 bf16", e);
+    if (!st) st = dev_alloc((void **)&g->sh_b2, n2 * 2, "shared W2 bf16", e);
+    for (int p = 0; p < 3 && !st; p++) {
+        const fp4_linear *l = parts[p];
+        uint16_t *o = p == 2 ? b : b + at;
+        if (l->scheme.w == FP4_W_NVFP4) {
+            for (int r = 0; r < l->n; r++) {
+                fp4_linear_dequant_rows(l, r, 1, tmp);
+                for (int c = 0; c < l->k; c++) o[(size_t)r * l->k + c] = fp4moe_bf16_from_float(tmp[c]);
+            }
+        } else {
+            stage_bf16(l, o, tmp);
+        }
+        at += (size_t)l->n * l->k;
+        if (p == 1) st = upload(g->sh_b13, b, n13 * 2, "shared W13 upload", e);
+        if (p == 2) st = upload(g->sh_b2, b, n2 * 2, "shared W2 upload", e);
+    }
+    free(b);
+    free(tmp);
+    return st;
+}
+
+fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
+                                 fp4_gpu_kernel kernel, fp4_gpu_moe **out, fp4_err *e)
+{
+    if (!a || !w || !out) return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT, "GPU MoE create: NULL argument");
+    *out = NULL;
+    if (kernel != FP4_GPU_K_MMA)
+        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: unknown kernel id %d", (int)kernel);
+    if (fp4_gpu_device_count() < 1)
+        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: no CUDA device");
+    int E = w->n_experts, H = w->hidden, I = w->inter, k = a->topk, L = w->layer;
+    if (E < 1 || E > FP4_ROUTE_MAX_EXPERTS || H < 64 || H % 64 || H > FP4_GPU_MAX_HIDDEN ||
+        I < 64 || I % 64 || k < 1 || k > E)
+        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
+                        "GPU MoE kernel 'mma': layer %d shape E=%d H=%d I=%d top-k=%d not "
+                        "supported (needs E <= %d, H %% 64 == 0 and H <= %d, I %% 64 == 0, "
+                        "1 <= top-k <= E)", L, E, H, I, k, FP4_ROUTE_MAX_EXPERTS,
+                        FP4_GPU_MAX_HIDDEN);
+    if (!w->router || !w->gate || !w->up || !w->down)
+        return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT, "GPU MoE: layer %d weights incomplete", L);
+    if (w->has_shared && (w->shared_inter < 64 || w->shared_inter % 64))
+        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE kernel 'mma': layer %d shared "
+                        "intermediate %d is not a multiple of 64", L, w->shared_inter);
+    fp4moe_status st;
+    char name[48];
+    for (int x = 0; x < E; x++) {
+        snprintf(name, sizeof name, "expert %d gate", x);
+        if ((st = check_linear(&w->gate[x], 1, I, H, L, name, e))) return st;
+        snprintf(name, sizeof name, "expert %d up", x);
+        if ((st = check_linear(&w->up[x], 1, I, H, L, name, e))) return st;
+        snprintf(name, sizeof name, "expert %d down", x);
+        if ((st = check_linear(&w->down[x], 1, H, I, L, name, e))) return st;
+    }
+    cudaError_t err;
+    if ((err = fp4_moe_route_init()) != cudaSuccess || (err = fp4_mma_gemm_init()) != cudaSuccess)
+        return cuda_fail(e, err, "kernel setup");
+
+    fp4_gpu_moe *g = calloc(1, sizeof *g);
+    if (!g) return fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE: handle");
+    g->arch = *a;
+    g->kernel = kernel;
+    g->n_experts = E, g->hidden = H, g->inter = I, g->topk = k;
+    g->has_shared = w->has_shared, g->shared_inter = w->has_shared ? w->shared_inter : 0;
+    int is = g->shared_inter;
+    size_t q13 = (size_t)2 * I * (H / 2), c13 = (size_t)2 * I * (H / 16);
+    size_t sh_q = (size_t)2 * is * (H / 2);
+    size_t stage_q = q13 > sh_q ? q13 : sh_q;
+    uint8_t *hw = malloc(stage_q), *hs = malloc(stage_q / 8 + 16);
+    if (!hw || !hs) {
+        st = fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE: host staging buffers");
+        goto fail_staging;
+    }
+    if ((st = dev_alloc((void **)&g->router, (size_t)E * H * 4, "router", e)) ||
+        (st = upload(g->router, w->router, (size_t)E * H * 4, "router upload", e)))
+        goto fail_staging;
+    if (w->router_bias && a->has_score_bias &&
+        ((st = dev_alloc((void **)&g->bias, (size_t)E * 4, "router bias", e)) ||
+         (st = upload(g->bias, w->router_bias, (size_t)E * 4, "router bias upload", e))))
+        goto fail_staging;
+    if ((st = dev_alloc((void **)&g->w13, E * q13, "W13", e)) ||
+        (st = dev_alloc((void **)&g->s13, E * c13, "S13", e)) ||
+        (st = dev_alloc((void **)&g->w2, E * q13 / 2, "W2", e)) ||
+        (st = dev_alloc((void **)&g->s2, E * c13 / 2, "S2", e)) ||
+        (st = dev_alloc((void **)&g->g13, (size_t)E * 8, "G13", e)) ||
+        (st = dev_alloc((void **)&g->g2, (size_t)E * 4, "G2", e)))
+        goto fail_staging;
+    for (int x = 0; x < E; x++)
+        if ((st = upload_nvfp4_triple(&w->gate[x], &w->up[x], &w->down[x], x, g->w13, g->s13,
+                                      g->w2, g->s2, g->g13, g->g2, hw, hs, e)))
+            goto fail_staging;
+    if (g->has_shared && (st = load_shared(g, w, hw, hs, e))) goto fail_staging;
+    /* cudaMemcpy from pageable memory may return before its DMA lands, and forward runs on
+     * the caller's stream (possibly non-blocking): finish the uploads here. */
+    if ((err = cudaDeviceSynchronize()) != cudaSuccess) {
+        st = cuda_fail(e, err, "weight upload");
+        goto fail_staging;
+    }
+    free(hw);
+    free(hs);
+    *out = g;
+    return FP4MOE_OK;
+
+fail_staging:
+    free(hw);
+    free(hs);
+    fp4_gpu_moe_destroy(g);
+    return st;
+}
+
+fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
+                                  int32_t *topk_ids, float *topk_w, void *workspace,
+                                  size_t workspace_bytes, void *stream, fp4_err *e)
+{
+    if (!g || !x_bf16 || !y || m < 1 || !workspace)
+        return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
+                        "GPU MoE forward: NULL pointer or m = %d < 1", m);
+    gpu_ws l = ws_layout(g, m);
+    if (workspace_bytes < l.total)
+        return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
+                        "GPU MoE forward: workspace of %zu bytes, %zu needed for %d tokens",
+                        workspace_bytes, l.total, m);
+    cudaStream_t s = (cudaStream_t)stream;
+    char *ws = workspace;
+    int E = g->n_experts, H = g->hidden, I = g->inter, k = g->topk;
+    int32_t *ids = topk_ids ? topk_ids : (int32_t *)(ws + l.ids);
+    float *wts = topk_w ? topk_w : (float *)(ws + l.w);
+    int32_t *tile_expert = (int32_t *)(ws + l.tile_expert);
+    int32_t *row_src = (int32_t *)(ws + l.row_src), *row_dst = (int32_t *)(ws + l.row_dst);
+    float *row_w = (float *)(ws + l.row_w), *pairs = (float *)(ws + l.pairs);
+    uint16_t *abuf = (uint16_t *)(ws + l.a), *sh_a = (uint16_t *)(ws + l.sh_a);
+    const fp4_arch *a = &g->arch;
+    int act = a->act == FP4_ACT_SWIGLUOAI;
+    cudaError_t err;
+
+    err = fp4_moe_route(x_bf16, g->router, g->bias, m, H, E, k,
+                        a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling, ids,
+                        wts, s);
+    if (err != cudaSuccess) return cuda_fail(e, err, "route launch");
+    err = fp4_moe_group(ids, wts, m, k, E, FP4_MMA_TILE_M, l.n_slots, tile_expert, row_src,
+                        row_dst, row_w, s);
+    if (err != cudaSuccess) return cuda_fail(e, err, "group launch");
+
+    fp4_mma_gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.wfmt = FP4_MMA_W_NVFP4;
+    p.act = act, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
+    /* FC1 (gate and up in one tile, activation fused): x rows gathered -> a [padded, I]. */
+    p.gated = 1, p.n = I, p.k = H, p.n_tiles_m = l.n_slots;
+    p.a = x_bf16, p.a_rows = m, p.tile_expert = tile_expert, p.row_src = row_src;
+    p.out_rows = l.n_slots * FP4_MMA_TILE_M;
+    p.wq = g->w13, p.ws = g->s13, p.gscale = g->g13, p.out = abuf;
+    if ((err = fp4_mma_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "FC1 launch");
+    /* FC2: a [padded, I] -> per-pair rows of [M k, H], times global scale and route weight. */
+    p.gated = 0, p.n = H, p.k = I;
+    p.a = abuf, p.a_rows = l.n_slots * FP4_MMA_TILE_M, p.row_src = NULL;
+    p.row_dst = row_dst, p.row_w = row_w;
+    p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs;
+    if ((err = fp4_mma_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "FC2 launch");
+
+    if (g->has_shared) { /* shared expert: identity rows, output straight into y */
+        int is = g->shared_inter, tiles = (m + FP4_MMA_TILE_M - 1) / FP4_MMA_TILE_M;
+        memset(&p, 0, sizeof p);
+        p.wfmt = g->shared_fmt;
+        p.act = act, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
+        p.gated = 1, p.n = is, p.k = H, p.n_tiles_m = tiles;
+        p.a = x_bf16, p.a_rows = m, p.out_rows = m, p.out = sh_a;
+        p.wq = g->sh_w13, p.ws = g->sh_s13, p.wb = g->sh_b13, p.gscale = g->sh_g13;
+        if ((err = fp4_mma_gemm(&p, s)) != cudaSuccess)
+            return cuda_fail(e, err, "shared FC1 launch");
+        p.gated = 0, p.n = H, p.k = is, p.a = sh_a, p.out = y;
+        p.wq = g->sh_w2, p.ws = g->sh_s2, p.wb = g->sh_b2, p.gscale = g->sh_g2;
+        if ((err = fp4_mma_gemm(&p, s)) != cudaSuccess)
+            return cuda_fail(e, err, "shared FC2 launch");
+    }
+    err = fp4_moe_combine(pairs, m, k, H, g->has_shared, y, s);
+    if (err != cudaSuccess) return cuda_fail(e, err, "combine launch");
+    return FP4MOE_OK;
+}
+
+fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, const float *x, int m, float *y,
+                                       int32_t *topk_ids, float *topk_w, fp4_err *e)
+{
+    if (!g || !x || !y || m < 1)
+        return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
+                        "GPU MoE forward_host: NULL pointer or m = %d < 1", m);
+    size_t H = (size_t)g->hidden, pk = (size_t)m * g->topk;
+    size_t wsb = fp4_gpu_moe_workspace_size(g, m);
+    uint16_t *hx = malloc((size_t)m * H * 2);
+    void *dx = NULL, *dy = NULL, *dids = NULL, *dw = NULL, *dws = NULL;
+    cudaStream_t s = NULL;
+    fp4moe_status st = FP4MOE_OK;
+    cudaError_t err;
+    if (!hx) return fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE forward_host: staging");
+    for (size_t i = 0; i < (size_t)m * H; i++) hx[i] = fp4moe_bf16_from_float(x[i]);
+    if ((st = dev_alloc(&dx, (size_t)m * H * 2, "x", e)) ||
+        (st = dev_alloc(&dy, (size_t)m * H * 4, "y", e)) ||
+        (st = dev_alloc(&dids, pk * 4, "top-k ids", e)) ||
+        (st = dev_alloc(&dw, pk * 4, "top-k weights", e)) ||
+        (st = dev_alloc(&dws, wsb, "workspace", e)))
+        goto done;
+    if ((err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess) {
+        st = cuda_fail(e, err, "stream create");
+        goto done;
+    }
+    if ((err = cudaMemcpyAsync(dx, hx, (size_t)m * H * 2, cudaMemcpyHostToDevice, s)) !=
+        cudaSuccess) {
+        st = cuda_fail(e, err, "x upload");
+        goto done;
+    }
+    if ((st = fp4_gpu_moe_forward(g, dx, m, dy, dids, dw, dws, wsb, s, e))) goto done;
+    if ((err = cudaStreamSynchronize(s)) != cudaSuccess) {
+        st = cuda_fail(e, err, "forward");
+        goto done;
+    }
+    if ((err = cudaMemcpy(y, dy, (size_t)m * H * 4, cudaMemcpyDeviceToHost)) != cudaSuccess ||
+        (topk_ids && (err = cudaMemcpy(topk_ids, dids, pk * 4, cudaMemcpyDeviceToHost))) ||
+        (topk_w && (err = cudaMemcpy(topk_w, dw, pk * 4, cudaMemcpyDeviceToHost))))
+        st = cuda_fail(e, err, "download");
+done:
+    if (s) cudaStreamDestroy(s);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dids);
+    cudaFree(dw);
+    cudaFree(dws);
+    free(hx);
+    return st;
+}
+
+#endif /* FP4MOE_WITH_CUDA */

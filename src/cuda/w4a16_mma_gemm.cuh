@@ -1,0 +1,68 @@
+/*
+ * w4a16_mma_gemm.cuh - launchers of the grouped MoE GEMM on mma.sync BF16 tensor cores
+ * (w4a16_mma_gemm.cu): NVFP4 weights dequantized in registers, or BF16 weights. C-callable.
+ */
+#ifndef FP4MOE_W4A16_MMA_GEMM_CUH
+#define FP4MOE_W4A16_MMA_GEMM_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FP4_MMA_TILE_M 64   /* token rows per tile: the grouping's segment padding */
+#define FP4_MMA_TILE_K 64   /* K must be a multiple of this */
+#define FP4_MMA_GATED_N 64  /* gated: I columns per tile (I must be a multiple) */
+#define FP4_MMA_PLAIN_N 128 /* plain: output columns per tile (N a multiple of 64) */
+
+typedef enum fp4_mma_wfmt {
+    FP4_MMA_W_NVFP4 = 0, /* wq [E][rows][K/2] (bytes permuted, see below), ws [E][rows][K/16] */
+    FP4_MMA_W_BF16       /* wb [E][rows][K] bf16 */
+} fp4_mma_wfmt;
+
+/* Load-time layout of NVFP4 weight rows for this kernel: the checkpoint's packed row
+ * (element 2j in the low nibble of byte j) with the bytes of each 32-byte group (64
+ * elements, four 16-element scale blocks c0..c3) reordered so that byte 8*t + 2*j + h of the
+ * group holds original byte 8*j + t + 4*h (t < 4, j < 4, h < 2): lane quad t then reads its
+ * mma B-fragment bytes of all four blocks with one 8-byte load. Scales stay linear. */
+void fp4_mma_permute_row(const uint8_t *src, uint8_t *dst, int k);
+
+typedef struct fp4_mma_gemm_args {
+    int wfmt;                   /* fp4_mma_wfmt */
+    int gated;                  /* 1: weight rows [0, n) gate and [n, 2n) up; output
+                                   act(gate, up) as bf16 [rows, n]. 0: fp32 [.., n] */
+    int act;                    /* gated: 0 silu(g) * u, 1 swigluoai */
+    float limit, alpha;         /* swigluoai clamp (0: none) and alpha */
+    int n, k;                   /* output columns, reduction length */
+    int n_tiles_m;              /* tile slots (grid x) */
+    const uint16_t *a;          /* bf16 activations [a_rows, k] */
+    int a_rows;                 /* rows of a (bound for the identity row mapping) */
+    const int32_t *tile_expert; /* [n_tiles_m] expert of each slot, -1: none. NULL: one
+                                   expert (0), tile s covers rows s*64.. of a directly */
+    const int32_t *row_src;     /* [n_tiles_m * 64] row of a per padded row (-1: zero) or
+                                   NULL: padded row r reads a[r] when r < a_rows */
+    const int32_t *row_dst;     /* plain: [n_tiles_m * 64] output row (-1: skip) or NULL:
+                                   padded row r writes out[r] when r < out_rows */
+    const float *row_w;         /* plain: [n_tiles_m * 64] multiplier, or NULL (1) */
+    int out_rows;               /* identity-mapped output bound */
+    const uint8_t *wq;          /* NVFP4 packed, permuted (fp4_mma_permute_row) */
+    const uint8_t *ws;          /* NVFP4 e4m3 block scales, linear */
+    const uint16_t *wb;         /* BF16 weights */
+    const float *gscale;        /* NVFP4: per expert fp32 global scale(s), [E][2] (gate, up)
+                                   when gated, [E] when plain. NULL: 1 */
+    void *out;                  /* gated: bf16 [.., n]; plain: fp32 [.., n] */
+} fp4_mma_gemm_args;
+
+/* One-time setup (dynamic shared-memory limits). Call before the first launch. */
+cudaError_t fp4_mma_gemm_init(void);
+
+/* Checks k % 64, n % 64, pointers; returns cudaErrorInvalidValue when they fail. */
+cudaError_t fp4_mma_gemm(const fp4_mma_gemm_args *args, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FP4MOE_W4A16_MMA_GEMM_CUH */

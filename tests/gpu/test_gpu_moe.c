@@ -1,0 +1,565 @@
+/*
+ * test_gpu_moe.c - the GPU W4A16 MoE pipeline (src/gpu_moe.h, kernel FP4_GPU_K_MMA) against
+ * the CPU reference fp4_ref_moe_forward on random in-memory layers (DESIGN.md section 6):
+ * random packed e2m1, e4m3 block scales among normal codes, global scales 1e-3..1e-2,
+ * x ~ N(0, 1) rounded to bf16 (the reference gets the same bf16 values).
+ * Metric: ||y - ref|| / ||ref|| < 1e-2 (bf16 activations and a bf16 intermediate land near
+ * 2e-3), y finite everywhere (outputs are NaN-poisoned before every run), routing ids equal
+ * to the reference except where selection scores tie within 1e-5, weights within 1e-4.
+ * Shapes: tiny (H 256, E 8, I 128, nvfp4 shared expert) over M 1..4096; tiny variants with a
+ * bf16 shared expert, no shared expert, H % 128 != 0 and top-k = E; tp8 rank (H 6144,
+ * E 128, I 384, mxfp8 shared expert) over M 1, 7, 64 only, plus M 1000, 4096 and 16384 checked
+ * on 64 sampled rows: the CPU reference is the slow part (2 threads), and the whole suite
+ * must stay under ~2 minutes. Skewed routing: router bias +0.5 on experts 0 and 1 and -100 on
+ * the last one (which then gets no tokens unless top-k = E). Also: CUDA-graph capture and
+ * replay gives the same bits; forward_host gives the same bits as the device path.
+ * Prints "SKIP: no CUDA device" and exits 0 without a device.
+ * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 only (for
+ * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines (tp8 shape,
+ * graph replays of the whole forward, M = 1 .. 16384).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_moe.h"
+#include "ref/moe_ref.h"
+
+#ifdef FP4MOE_WITH_CUDA /* everything but the SKIP path needs the CUDA runtime */
+#include <cuda_runtime_api.h>
+
+#define REL_TOL 1e-2     /* bf16 operands: 1e-3..1e-2 (DESIGN.md section 6) */
+#define TIE_TOL 1e-5     /* selection scores this close count as tied */
+#define W_TOL 1e-4       /* routing weights (fp32 on GPU vs double in the reference) */
+#define SAMPLE_ROWS 32   /* large-M cases: reference on the first and last 32 rows */
+
+static int n_pass, n_fail;
+
+/* ---- random numbers (xorshift64*) ------------------------------------------------------ */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_u64(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dull;
+}
+static double rng_unif(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static float rng_normal(void)
+{
+    double u = rng_unif(), v = rng_unif();
+    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
+}
+static void rng_bytes(uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t r = rng_u64();
+        memcpy(p + i, &r, 8);
+    }
+    for (; i < n; i++) p[i] = (uint8_t)rng_u64();
+}
+
+/* ---- random layers ---------------------------------------------------------------------- */
+enum { SH_NONE = 0, SH_NVFP4, SH_MXFP8, SH_BF16 };
+static const char *const sh_name[] = {"none", "nvfp4", "mxfp8", "bf16"};
+
+typedef struct test_layer {
+    fp4_moe_weights w;
+    void *blobs[4096];
+    int n_blobs;
+} test_layer;
+
+static void *blob(test_layer *t, size_t bytes)
+{
+    void *p = malloc(bytes);
+    if (!p || t->n_blobs >= 4096) {
+        fprintf(stderr, "test_gpu_moe: out of host memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    t->blobs[t->n_blobs++] = p;
+    return p;
+}
+
+static void make_linear(test_layer *t, fp4_linear *l, int kind, int n, int k)
+{
+    memset(l, 0, sizeof *l);
+    l->n = n, l->k = k;
+    if (kind == SH_NVFP4) {
+        uint8_t *w = blob(t, (size_t)n * k / 2), *s = blob(t, (size_t)n * k / 16);
+        rng_bytes(w, (size_t)n * k / 2);
+        for (size_t i = 0; i < (size_t)n * k / 16; i++) /* exponent field 5..9, any mantissa */
+            s[i] = (uint8_t)(((5 + rng_u64() % 5) << 3) | (rng_u64() & 7));
+        l->scheme.w = FP4_W_NVFP4;
+        l->w = w, l->scale = s;
+        l->global_scale = (float)pow(10.0, -2.0 - rng_unif());
+    } else if (kind == SH_MXFP8) {
+        uint8_t *w = blob(t, (size_t)n * k), *s = blob(t, (size_t)n * k / 32);
+        for (size_t i = 0; i < (size_t)n * k; i++) /* normal e4m3, exponent field 1..10 */
+            w[i] = (uint8_t)(((rng_u64() & 1) << 7) | ((1 + rng_u64() % 10) << 3) | (rng_u64() & 7));
+        for (size_t i = 0; i < (size_t)n * k / 32; i++) s[i] = (uint8_t)(127 - 7 - rng_u64() % 3);
+        l->scheme.w = FP4_W_MXFP8;
+        l->w = w, l->scale = s;
+    } else {
+        uint16_t *w = blob(t, (size_t)n * k * 2);
+        for (size_t i = 0; i < (size_t)n * k; i++) w[i] = fp4moe_bf16_from_float(0.03f * rng_normal());
+        l->scheme.w = FP4_W_BF16;
+        l->w = (const uint8_t *)w;
+    }
+}
+
+static void make_layer(test_layer *t, int h, int e, int inter, int sh_kind, int sh_inter)
+{
+    memset(t, 0, sizeof *t);
+    fp4_moe_weights *w = &t->w;
+    w->n_experts = e, w->hidden = h, w->inter = inter;
+    w->router = blob(t, (size_t)e * h * 4);
+    w->router_bias = blob(t, (size_t)e * 4);
+    for (size_t i = 0; i < (size_t)e * h; i++) w->router[i] = rng_normal() / sqrtf((float)h);
+    w->gate = blob(t, e * sizeof(fp4_linear));
+    w->up = blob(t, e * sizeof(fp4_linear));
+    w->down = blob(t, e * sizeof(fp4_linear));
+    for (int j = 0; j < e; j++) {
+        make_linear(t, &w->gate[j], SH_NVFP4, inter, h);
+        make_linear(t, &w->up[j], SH_NVFP4, inter, h);
+        make_linear(t, &w->down[j], SH_NVFP4, h, inter);
+    }
+    w->has_shared = sh_kind != SH_NONE;
+    w->shared_inter = w->has_shared ? sh_inter : 0;
+    if (w->has_shared) {
+        make_linear(t, &w->sh_gate, sh_kind, sh_inter, h);
+        make_linear(t, &w->sh_up, sh_kind, sh_inter, h);
+        make_linear(t, &w->sh_down, sh_kind, h, sh_inter);
+    }
+}
+
+static void free_layer(test_layer *t)
+{
+    for (int i = 0; i < t->n_blobs; i++) free(t->blobs[i]);
+    t->n_blobs = 0;
+}
+
+/* Router settings of one case: swigluoai cases use the MiniMax router (sigmoid + bias,
+ * renormalized, x2.0), silu cases a softmax router (renormalized, x1.0). */
+static void set_arch(fp4_arch *a, const fp4_moe_weights *w, int topk, int oai, int skew,
+                     float *bias)
+{
+    memset(a, 0, sizeof *a);
+    a->hidden = w->hidden, a->n_experts = w->n_experts, a->moe_intermediate = w->inter;
+    a->shared_intermediate = w->shared_inter, a->topk = topk, a->n_layers = 1;
+    a->act = oai ? FP4_ACT_SWIGLUOAI : FP4_ACT_SILU;
+    a->swiglu_limit = oai ? 7.0f : 0.0f;
+    a->swiglu_alpha = 1.702f;
+    a->scoring = oai ? FP4_SCORE_SIGMOID : FP4_SCORE_SOFTMAX;
+    a->norm_topk = 1;
+    a->routed_scaling = oai ? 2.0f : 1.0f;
+    a->has_score_bias = oai || skew;
+    a->is_moe[0] = 1;
+    int e = w->n_experts;
+    for (int j = 0; j < e; j++) bias[j] = oai ? 0.01f * rng_normal() : 0.f;
+    if (skew) {
+        bias[0] += 0.5f;
+        if (e > 1) bias[1] += 0.5f;
+        bias[e - 1] = -100.f;
+    }
+}
+
+#define CK(call)                                                                        \
+    do {                                                                                \
+        cudaError_t err_ = (call);                                                      \
+        if (err_ != cudaSuccess) {                                                      \
+            fprintf(stderr, "test_gpu_moe: %s failed: %s (%s:%d)\n", #call,             \
+                    cudaGetErrorString(err_), __FILE__, __LINE__);                      \
+            exit(2);                                                                    \
+        }                                                                               \
+    } while (0)
+
+/* Selection score of expert j for bf16 token x (double, like the reference). */
+static double sel_score(const fp4_arch *a, const fp4_moe_weights *w, const float *x, int j)
+{
+    int E = w->n_experts, H = w->hidden;
+    double lj = 0, mx = -INFINITY, sum = 0, p;
+    double *l = calloc(E > 0 ? E : 1, sizeof(double));
+    for (int e = 0; e < E; e++) {
+        double acc = 0;
+        for (int h = 0; h < H; h++) acc += (double)w->router[(size_t)e * H + h] * x[h];
+        l[e] = acc;
+        mx = acc > mx ? acc : mx;
+    }
+    lj = l[j];
+    if (a->scoring == FP4_SCORE_SOFTMAX) {
+        for (int e = 0; e < E; e++) sum += exp(l[e] - mx);
+        p = exp(lj - mx) / sum;
+    } else {
+        p = 1.0 / (1.0 + exp(-lj));
+    }
+    free(l);
+    return p + (a->has_score_bias ? w->router_bias[j] : 0.0);
+}
+
+typedef struct gpu_bufs {
+    void *dx, *dws;
+    float *dy, *dw;
+    int32_t *dids;
+    size_t wsb;
+} gpu_bufs;
+
+static void bufs_alloc(gpu_bufs *b, fp4_gpu_moe *g, int m, int h, int k)
+{
+    b->wsb = fp4_gpu_moe_workspace_size(g, m);
+    CK(cudaMalloc(&b->dx, (size_t)m * h * 2));
+    CK(cudaMalloc((void **)&b->dy, (size_t)m * h * 4));
+    CK(cudaMalloc((void **)&b->dids, (size_t)m * k * 4));
+    CK(cudaMalloc((void **)&b->dw, (size_t)m * k * 4));
+    CK(cudaMalloc(&b->dws, b->wsb));
+}
+
+static void bufs_free(gpu_bufs *b)
+{
+    cudaFree(b->dx);
+    cudaFree(b->dy);
+    cudaFree(b->dids);
+    cudaFree(b->dw);
+    cudaFree(b->dws);
+}
+
+/* On the forward's stream: a legacy-stream cudaMemset would race with a non-blocking one. */
+static void poison(gpu_bufs *b, int m, int h, int k, cudaStream_t s)
+{
+    CK(cudaMemsetAsync(b->dy, 0xff, (size_t)m * h * 4, s)); /* 0xffffffff is a NaN */
+    CK(cudaMemsetAsync(b->dids, 0xff, (size_t)m * k * 4, s));
+    CK(cudaMemsetAsync(b->dw, 0xff, (size_t)m * k * 4, s));
+}
+
+/* One case: GPU forward of m tokens against the reference (on all rows, or sampled). */
+static void run_case(const char *shape, const fp4_arch *a, const fp4_moe_weights *w,
+                     fp4_gpu_moe *g, int m, int skew, int sampled, cudaStream_t s)
+{
+    int H = w->hidden, k = a->topk;
+    size_t nx = (size_t)m * H;
+    float *x = malloc(nx * 4), *y = malloc(nx * 4), *gw = malloc((size_t)m * k * 4);
+    uint16_t *xb = malloc(nx * 2);
+    int32_t *gids = malloc((size_t)m * k * 4);
+    for (size_t i = 0; i < nx; i++) {
+        xb[i] = fp4moe_bf16_from_float(rng_normal());
+        x[i] = fp4moe_bf16_to_float(xb[i]);
+    }
+    gpu_bufs b;
+    bufs_alloc(&b, g, m, H, k);
+    CK(cudaMemcpyAsync(b.dx, xb, nx * 2, cudaMemcpyHostToDevice, s));
+    poison(&b, m, H, k, s);
+    fp4_err e;
+    fp4moe_status st = fp4_gpu_moe_forward(g, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(y, b.dy, nx * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gids, b.dids, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gw, b.dw, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
+    bufs_free(&b);
+
+    char params[256];
+    int shk = !w->has_shared ? SH_NONE
+              : w->sh_gate.scheme.w == FP4_W_NVFP4 ? SH_NVFP4
+              : w->sh_gate.scheme.w == FP4_W_MXFP8 ? SH_MXFP8 : SH_BF16;
+    snprintf(params, sizeof params, "%s H=%d E=%d I=%d shared=%s/%d M=%d top-%d %s %s %s",
+             shape, H, w->n_experts, w->inter, sh_name[shk], w->shared_inter,
+             m, k, skew ? "skewed" : "uniform", a->act == FP4_ACT_SILU ? "silu" : "swigluoai",
+             a->scoring == FP4_SCORE_SOFTMAX ? "softmax" : "sigmoid");
+    if (st != FP4MOE_OK) {
+        printf("FAIL %s: forward: %s\n", params, e.msg);
+        n_fail++;
+        goto out;
+    }
+    size_t n_nonfinite = 0;
+    for (size_t i = 0; i < nx; i++) n_nonfinite += !isfinite(y[i]);
+
+    /* Rows the reference checks. */
+    int nr = sampled && m > 2 * SAMPLE_ROWS ? 2 * SAMPLE_ROWS : m;
+    int *rows = malloc(nr * sizeof(int));
+    for (int i = 0; i < nr; i++) rows[i] = nr == m ? i : (i < SAMPLE_ROWS ? i : m - 2 * SAMPLE_ROWS + i);
+    float *xr = malloc((size_t)nr * H * 4), *yr = malloc((size_t)nr * H * 4);
+    float *rw = malloc((size_t)nr * k * 4);
+    int32_t *rids = malloc((size_t)nr * k * 4);
+    for (int i = 0; i < nr; i++) memcpy(xr + (size_t)i * H, x + (size_t)rows[i] * H, H * 4);
+    fp4_ref_opts o = {0, 0};
+    st = fp4_ref_moe_forward(a, w, xr, nr, &o, yr, rids, rw, &e);
+    if (st != FP4MOE_OK) {
+        printf("FAIL %s: reference: %s\n", params, e.msg);
+        n_fail++;
+        goto out_ref;
+    }
+    double d2 = 0, r2 = 0;
+    int bad_ids = 0, ties = 0, bad_w = 0;
+    for (int i = 0; i < nr; i++) {
+        const float *yg = y + (size_t)rows[i] * H, *yc = yr + (size_t)i * H;
+        for (int h = 0; h < H; h++) {
+            double d = (double)yg[h] - yc[h];
+            d2 += d * d;
+            r2 += (double)yc[h] * yc[h];
+        }
+        for (int j = 0; j < k; j++) {
+            int gi = gids[(size_t)rows[i] * k + j], ri = rids[(size_t)i * k + j];
+            if (gi != ri) {
+                if (gi < 0 || gi >= w->n_experts ||
+                    fabs(sel_score(a, w, xr + (size_t)i * H, gi) -
+                         sel_score(a, w, xr + (size_t)i * H, ri)) > TIE_TOL)
+                    bad_ids++;
+                else
+                    ties++;
+            } else if (!(fabs(gw[(size_t)rows[i] * k + j] - rw[(size_t)i * k + j]) <=
+                         W_TOL * (1.0 + fabs(rw[(size_t)i * k + j])))) {
+                bad_w++;
+            }
+        }
+    }
+    double rel = sqrt(d2 / (r2 > 0 ? r2 : 1e-300));
+    int ok = rel < REL_TOL && n_nonfinite == 0 && bad_ids == 0 && bad_w == 0 && r2 > 0;
+    printf("%s %s%s: rel err %.3e, non-finite %zu, id mismatches %d (ties %d), weight "
+           "mismatches %d\n", ok ? "PASS" : "FAIL", params,
+           nr < m ? " (64 sampled rows)" : "", rel, n_nonfinite, bad_ids, ties, bad_w);
+    ok ? n_pass++ : n_fail++;
+out_ref:
+    free(rows);
+    free(xr);
+    free(yr);
+    free(rw);
+    free(rids);
+out:
+    free(x);
+    free(y);
+    free(xb);
+    free(gids);
+    free(gw);
+}
+
+/* Graph capture + replay and forward_host give the same bits as the eager device path. */
+static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_moe *g, int m,
+                           cudaStream_t s)
+{
+    int H = w->hidden, k = a->topk;
+    size_t nx = (size_t)m * H;
+    float *x = malloc(nx * 4), *y0 = malloc(nx * 4), *y1 = malloc(nx * 4), *y2 = malloc(nx * 4);
+    uint16_t *xb = malloc(nx * 2);
+    for (size_t i = 0; i < nx; i++) {
+        xb[i] = fp4moe_bf16_from_float(rng_normal());
+        x[i] = fp4moe_bf16_to_float(xb[i]);
+    }
+    gpu_bufs b;
+    bufs_alloc(&b, g, m, H, k);
+    CK(cudaMemcpyAsync(b.dx, xb, nx * 2, cudaMemcpyHostToDevice, s));
+    poison(&b, m, H, k, s);
+    fp4_err e;
+    int ok = 1;
+    /* eager, with NULL top-k outputs (workspace copies) */
+    if (fp4_gpu_moe_forward(g, b.dx, m, b.dy, NULL, NULL, b.dws, b.wsb, s, &e) != FP4MOE_OK) {
+        printf("FAIL graph M=%d: eager forward: %s\n", m, e.msg);
+        ok = 0;
+    }
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(y0, b.dy, nx * 4, cudaMemcpyDeviceToHost));
+    /* capture, then replay twice into a poisoned y */
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    fp4moe_status st = fp4_gpu_moe_forward(g, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
+    CK(cudaStreamEndCapture(s, &graph));
+    if (st != FP4MOE_OK) {
+        printf("FAIL graph M=%d: forward under capture: %s\n", m, e.msg);
+        ok = 0;
+    }
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    poison(&b, m, H, k, s);
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(y1, b.dy, nx * 4, cudaMemcpyDeviceToHost));
+    poison(&b, m, H, k, s);
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(y2, b.dy, nx * 4, cudaMemcpyDeviceToHost));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < nx; i++) nonfinite += !isfinite(y0[i]);
+    int same1 = !memcmp(y0, y1, nx * 4), same2 = !memcmp(y0, y2, nx * 4);
+    printf("%s graph capture M=%d top-%d: replay equal %d, second replay equal %d, "
+           "non-finite %zu\n", ok && same1 && same2 && !nonfinite ? "PASS" : "FAIL", m, k,
+           same1, same2, nonfinite);
+    ok && same1 && same2 && !nonfinite ? n_pass++ : n_fail++;
+    /* forward_host on the same x */
+    memset(y1, 0, nx * 4);
+    st = fp4_gpu_moe_forward_host(g, x, m, y1, NULL, NULL, &e);
+    int same = st == FP4MOE_OK && !memcmp(y0, y1, nx * 4);
+    printf("%s forward_host M=%d: equal to the device path %d%s%s\n", same ? "PASS" : "FAIL",
+           m, same, st ? ": " : "", st ? e.msg : "");
+    same ? n_pass++ : n_fail++;
+    bufs_free(&b);
+    free(x);
+    free(y0);
+    free(y1);
+    free(y2);
+    free(xb);
+}
+
+/* Shape errors are reported as NOT_SUPPORTED with the shape in the message. */
+static void run_reject_case(void)
+{
+    test_layer t;
+    make_layer(&t, 96, 4, 128, SH_NONE, 0); /* H % 64 != 0 */
+    fp4_arch a;
+    set_arch(&a, &t.w, 2, 1, 0, t.w.router_bias);
+    fp4_gpu_moe *g = NULL;
+    fp4_err e;
+    fp4moe_status st = fp4_gpu_moe_create(&a, &t.w, FP4_GPU_K_MMA, &g, &e);
+    int ok = st == FP4MOE_ERR_NOT_SUPPORTED && strstr(e.msg, "H=96") && !g;
+    printf("%s reject H=96: status %d, message '%s'\n", ok ? "PASS" : "FAIL", (int)st,
+           st ? e.msg : "");
+    ok ? n_pass++ : n_fail++;
+    fp4_gpu_moe_destroy(g);
+    free_layer(&t);
+}
+
+/* Informational only (no pass/fail): mean time of graph replays of the whole forward. */
+static void time_forward(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_moe *g,
+                         cudaStream_t s)
+{
+    static const int ms[] = {1, 8, 64, 512, 4096, 16384};
+    int H = w->hidden, k = a->topk, mmax = 16384;
+    gpu_bufs b;
+    bufs_alloc(&b, g, mmax, H, k);
+    uint16_t *xb = malloc((size_t)mmax * H * 2);
+    for (size_t i = 0; i < (size_t)mmax * H; i++) xb[i] = fp4moe_bf16_from_float(rng_normal());
+    CK(cudaMemcpyAsync(b.dx, xb, (size_t)mmax * H * 2, cudaMemcpyHostToDevice, s));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        int m = ms[i], reps = 20;
+        fp4_err e;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        fp4moe_status st = fp4_gpu_moe_forward(g, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
+        CK(cudaStreamEndCapture(s, &graph));
+        if (st != FP4MOE_OK) {
+            printf("INFO timing M=%d: forward failed: %s\n", m, e.msg);
+            CK(cudaGraphDestroy(graph));
+            continue;
+        }
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int r = 0; r < 3; r++) CK(cudaGraphLaunch(exec, s));
+        CK(cudaEventRecord(e0, s));
+        for (int r = 0; r < reps; r++) CK(cudaGraphLaunch(exec, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms_total = 0;
+        CK(cudaEventElapsedTime(&ms_total, e0, e1));
+        double us = 1e3 * ms_total / reps;
+        double flops = 2.0 * m * k * 3.0 * H * w->inter + 2.0 * m * 3.0 * H * w->shared_inter;
+        printf("INFO timing H=%d E=%d I=%d top-%d M=%d: %.1f us per forward (graph replay, "
+               "mean of %d), %.1f TFLOP/s\n", H, w->n_experts, w->inter, k, m, us, reps,
+               flops / us * 1e-6);
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(graph));
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    free(xb);
+    bufs_free(&b);
+}
+
+typedef struct shape_spec {
+    const char *name;
+    int h, e, inter, sh_kind, sh_inter;
+    const int *ms;
+    int n_ms;
+    const int *topks;
+    int n_topks;
+    int combos;  /* 1: all 4 of skew x act; 0: skewed swigluoai and uniform silu only */
+    int sampled; /* reference on sampled rows for large M */
+} shape_spec;
+
+static void run_shape(const shape_spec *sp, cudaStream_t s)
+{
+    test_layer t;
+    make_layer(&t, sp->h, sp->e, sp->inter, sp->sh_kind, sp->sh_inter);
+    for (int ti = 0; ti < sp->n_topks; ti++)
+        for (int c = 0; c < 4; c++) {
+            int skew = c & 1, oai = c >> 1;
+            if (!sp->combos && skew != oai) continue;
+            fp4_arch a;
+            set_arch(&a, &t.w, sp->topks[ti], oai, skew, t.w.router_bias);
+            fp4_gpu_moe *g = NULL;
+            fp4_err e;
+            if (fp4_gpu_moe_create(&a, &t.w, FP4_GPU_K_MMA, &g, &e) != FP4MOE_OK) {
+                printf("FAIL %s top-%d: create: %s\n", sp->name, sp->topks[ti], e.msg);
+                n_fail++;
+                continue;
+            }
+            for (int mi = 0; mi < sp->n_ms; mi++)
+                run_case(sp->name, &a, &t.w, g, sp->ms[mi], skew, sp->sampled, s);
+            if (!strcmp(sp->name, "tiny") && ti == sp->n_topks - 1 && skew && oai)
+                run_repro_case(&a, &t.w, g, 200, s);
+            if (!strcmp(sp->name, "tp8-large") && skew && oai && getenv("FP4MOE_GPU_TIMING"))
+                time_forward(&a, &t.w, g, s);
+            fp4_gpu_moe_destroy(g);
+        }
+    free_layer(&t);
+}
+
+int main(void)
+{
+    if (fp4_gpu_device_count() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 0;
+    }
+    int ma = 0, mi = 0;
+    fp4_gpu_device_cc(&ma, &mi);
+    printf("device 0: compute capability %d.%d\n", ma, mi);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    static const int ms_tiny[] = {1, 7, 64, 1000, 4096}, k48[] = {4, 8};
+    static const int ms_small[] = {7, 1000}, k8[] = {8};
+    static const int ms_odd[] = {1, 64, 1000}, k_odd[] = {4, 16};
+    static const int ms_tp8[] = {1, 7, 64}, ms_tp8_big[] = {1000, 4096, 16384};
+    const shape_spec shapes[] = {
+        {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_tiny, 5, k48, 2, 1, 0},
+        {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_small, 2, k8, 1, 1, 0},
+        /* H % 128 != 0 (masked FC2 column tile), no shared expert, top-k = E = 16 */
+        {"odd-H", 320, 16, 128, SH_NONE, 0, ms_odd, 3, k_odd, 2, 0, 0},
+        {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 3, k48, 2, 1, 0},
+        {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k8, 1, 0, 1},
+    };
+    /* FP4MOE_GPU_TEST_SMALL=1 (for compute-sanitizer): tiny shapes and M <= 64 only. */
+    const char *small = getenv("FP4MOE_GPU_TEST_SMALL");
+    if (small && *small && strcmp(small, "0")) {
+        static const int ms_s[] = {1, 7, 64};
+        const shape_spec sm[] = {
+            {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_s, 3, k48, 2, 0, 0},
+            {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_s + 1, 1, k8, 1, 0, 0},
+            {"odd-H", 320, 16, 128, SH_NONE, 0, ms_s, 2, k_odd, 2, 0, 0},
+        };
+        for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
+    } else {
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i], s);
+    }
+    run_reject_case();
+    CK(cudaStreamDestroy(s));
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
+
+#else /* !FP4MOE_WITH_CUDA */
+
+int main(void)
+{
+    if (fp4_gpu_device_count() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 0;
+    }
+    printf("0 passed, 1 failed\n"); /* unreachable: no device without CUDA */
+    return 1;
+}
+
+#endif
