@@ -20,6 +20,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *fp4_gpu_kernel_name(fp4_gpu_kernel k)
+{
+    switch (k) {
+    case FP4_GPU_K_MMA: return "mma";
+    case FP4_GPU_K_COUNT: break;
+    }
+    return "unknown";
+}
+
 #ifndef FP4MOE_WITH_CUDA
 
 int fp4_gpu_device_count(void) { return 0; }
@@ -32,9 +41,9 @@ int fp4_gpu_device_cc(int *major, int *minor)
 }
 
 fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
-                                 fp4_gpu_kernel kernel, fp4_gpu_moe **out, fp4_err *e)
+                                 fp4_gpu_moe **out, fp4_err *e)
 {
-    (void)a, (void)w, (void)kernel;
+    (void)a, (void)w;
     if (out) *out = NULL;
     return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: built without CUDA");
 }
@@ -47,19 +56,19 @@ size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens)
     return 0;
 }
 
-fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
-                                  int32_t *topk_ids, float *topk_w, void *workspace,
-                                  size_t workspace_bytes, void *stream, fp4_err *e)
+fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
+                                  int m, float *y, int32_t *topk_ids, float *topk_w,
+                                  void *workspace, size_t workspace_bytes, void *stream, fp4_err *e)
 {
-    (void)g, (void)x_bf16, (void)m, (void)y, (void)topk_ids, (void)topk_w, (void)workspace,
+    (void)g, (void)kernel, (void)x_bf16, (void)m, (void)y, (void)topk_ids, (void)topk_w, (void)workspace,
         (void)workspace_bytes, (void)stream;
     return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: built without CUDA");
 }
 
-fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, const float *x, int m, float *y,
-                                       int32_t *topk_ids, float *topk_w, fp4_err *e)
+fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const float *x,
+                                       int m, float *y, int32_t *topk_ids, float *topk_w, fp4_err *e)
 {
-    (void)g, (void)x, (void)m, (void)y, (void)topk_ids, (void)topk_w;
+    (void)g, (void)kernel, (void)x, (void)m, (void)y, (void)topk_ids, (void)topk_w;
     return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: built without CUDA");
 }
 
@@ -76,7 +85,6 @@ fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, const float *x, int m, fl
 
 struct fp4_gpu_moe {
     fp4_arch arch;
-    fp4_gpu_kernel kernel;
     int n_experts, hidden, inter, topk;     /* E, H, I, k */
     int has_shared, shared_inter;           /* Is */
     int shared_fmt;                         /* fp4_mma_wfmt of the shared expert */
@@ -314,12 +322,10 @@ static fp4moe_status load_shared(fp4_gpu_moe *g, const fp4_moe_weights *w, uint8
 }
 
 fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
-                                 fp4_gpu_kernel kernel, fp4_gpu_moe **out, fp4_err *e)
+                                 fp4_gpu_moe **out, fp4_err *e)
 {
     if (!a || !w || !out) return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT, "GPU MoE create: NULL argument");
     *out = NULL;
-    if (kernel != FP4_GPU_K_MMA)
-        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: unknown kernel id %d", (int)kernel);
     if (fp4_gpu_device_count() < 1)
         return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: no CUDA device");
     int E = w->n_experts, H = w->hidden, I = w->inter, k = a->topk, L = w->layer;
@@ -352,7 +358,6 @@ fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
     fp4_gpu_moe *g = calloc(1, sizeof *g);
     if (!g) return fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE: handle");
     g->arch = *a;
-    g->kernel = kernel;
     g->n_experts = E, g->hidden = H, g->inter = I, g->topk = k;
     g->has_shared = w->has_shared, g->shared_inter = w->has_shared ? w->shared_inter : 0;
     int is = g->shared_inter;
@@ -401,13 +406,16 @@ fail_staging:
     return st;
 }
 
-fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
-                                  int32_t *topk_ids, float *topk_w, void *workspace,
-                                  size_t workspace_bytes, void *stream, fp4_err *e)
+fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
+                                  int m, float *y, int32_t *topk_ids, float *topk_w,
+                                  void *workspace, size_t workspace_bytes, void *stream, fp4_err *e)
 {
     if (!g || !x_bf16 || !y || m < 1 || !workspace)
         return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
                         "GPU MoE forward: NULL pointer or m = %d < 1", m);
+    if (kernel != FP4_GPU_K_MMA)
+        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE forward: kernel '%s' is not built",
+                        fp4_gpu_kernel_name(kernel));
     gpu_ws l = ws_layout(g, m);
     if (workspace_bytes < l.total)
         return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
@@ -471,8 +479,8 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, const void *x_bf16, int m, flo
     return FP4MOE_OK;
 }
 
-fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, const float *x, int m, float *y,
-                                       int32_t *topk_ids, float *topk_w, fp4_err *e)
+fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const float *x,
+                                       int m, float *y, int32_t *topk_ids, float *topk_w, fp4_err *e)
 {
     if (!g || !x || !y || m < 1)
         return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
@@ -501,7 +509,7 @@ fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, const float *x, int m, fl
         st = cuda_fail(e, err, "x upload");
         goto done;
     }
-    if ((st = fp4_gpu_moe_forward(g, dx, m, dy, dids, dw, dws, wsb, s, e))) goto done;
+    if ((st = fp4_gpu_moe_forward(g, kernel, dx, m, dy, dids, dw, dws, wsb, s, e))) goto done;
     if ((err = cudaStreamSynchronize(s)) != cudaSuccess) {
         st = cuda_fail(e, err, "forward");
         goto done;

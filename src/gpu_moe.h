@@ -16,10 +16,16 @@
 #include "model_config.h"
 #include "moe_weights.h"
 
-/* Kernel families of the pipeline (which one runs is decided by the oracle, not here). */
+/* Kernel families of the pipeline. All of them run from the one device layout that
+ * fp4_gpu_moe_create builds; which one runs for a call is decided by the oracle
+ * (fp4_oracle_kernel), never here. */
 typedef enum fp4_gpu_kernel {
-    FP4_GPU_K_MMA = 0   /* portable SM80+: mma.sync m16n8k16 BF16, FP4 dequantized in registers */
+    FP4_GPU_K_MMA = 0,  /* portable SM80+: mma.sync m16n8k16 BF16 tiles of 64 tokens, FP4
+                           dequantized in registers */
+    FP4_GPU_K_COUNT
 } fp4_gpu_kernel;
+
+const char *fp4_gpu_kernel_name(fp4_gpu_kernel k); /* "mma", ... */
 
 /* Number of CUDA devices (0 when none or no driver) and compute capability of device 0. */
 int fp4_gpu_device_count(void);
@@ -28,21 +34,23 @@ int fp4_gpu_device_cc(int *major, int *minor); /* returns 0 when no device */
 typedef struct fp4_gpu_moe fp4_gpu_moe;
 
 fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
-                                 fp4_gpu_kernel kernel, fp4_gpu_moe **out, fp4_err *e);
+                                 fp4_gpu_moe **out, fp4_err *e);
 void fp4_gpu_moe_destroy(fp4_gpu_moe *g);
 
-/* Bytes of device workspace forward needs for up to max_tokens tokens. */
+/* Bytes of device workspace forward needs for up to max_tokens tokens, any kernel. */
 size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens);
 
 /* Device pointers: x_bf16[M, H] bf16, y[M, H] fp32, topk_ids[M, k] int32 and topk_w[M, k]
  * fp32 (both may be NULL). stream is a cudaStream_t. Asynchronous: no host sync. */
-fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
+fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
+                                  int m, float *y,
                                   int32_t *topk_ids, float *topk_w, void *workspace,
                                   size_t workspace_bytes, void *stream, fp4_err *e);
 
 /* Host convenience for tools and tests: x[M, H] fp32 on the host (rounded to bf16), y and
  * optional ids/weights on the host. Allocates, runs, synchronises. */
-fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, const float *x, int m, float *y,
+fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const float *x,
+                                       int m, float *y,
                                        int32_t *topk_ids, float *topk_w, fp4_err *e);
 
 #endif /* FP4MOE_GPU_MOE_H */

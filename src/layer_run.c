@@ -52,11 +52,12 @@ fp4moe_status fp4_layer_runner_forward(fp4_layer_runner *r, const fp4_arch *a, c
     if (!r->is_moe)
         return fp4_ref_dense_forward(a, &r->dense, x, m, &o, y, e);
     const fp4_backend *b = r->decision.backend;
-    if (b->gpu_kernel >= 0) {
+    if (b->gpu) {
         fp4moe_status st;
-        if (!r->gpu && (st = fp4_gpu_moe_create(a, &r->moe, (fp4_gpu_kernel)b->gpu_kernel, &r->gpu, e)))
+        if (!r->gpu && (st = fp4_gpu_moe_create(a, &r->moe, &r->gpu, e)))
             return st;
-        return fp4_gpu_moe_forward_host(r->gpu, x, m, y, ids, weights, e);
+        int kernel = fp4_oracle_kernel(b, m, a->topk, a->n_experts);
+        return fp4_gpu_moe_forward_host(r->gpu, (fp4_gpu_kernel)kernel, x, m, y, ids, weights, e);
     }
     o.emulate_a4 = !b->a16;
     return fp4_ref_moe_forward(a, &r->moe, x, m, &o, y, ids, weights, e);

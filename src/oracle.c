@@ -24,7 +24,6 @@ static const fp4_backend backend_reference = {
     .a16 = 1,
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
-    .gpu_kernel = -1,
     .load = "none: reads the checkpoint's mapped tensors and dequantizes per expert",
 };
 
@@ -38,7 +37,6 @@ static const fp4_backend backend_emulation = {
     .a16_undeclared = 1,
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
-    .gpu_kernel = -1,
     .load = "none",
 };
 
@@ -52,7 +50,9 @@ static const fp4_backend backend_w4a16_mma = {
     .a16 = 1,
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
-    .gpu_kernel = FP4_GPU_K_MMA,
+    .gpu = 1,
+    .kernels = {{FP4_GPU_K_MMA, 0}},
+    .n_kernels = 1,
     .load = "expert weights repacked to the kernel's tile layout and uploaded; shared expert to bf16",
 };
 
@@ -148,6 +148,17 @@ void fp4_decision_note(const fp4_decision *d, const char *layers, char *buf, siz
     }
     snprintf(buf, len, "%s: backend %s runs %s (activations not quantized); dropped %s", layers,
              d->backend->name, d->precision, d->dropped);
+}
+
+int fp4_oracle_kernel(const fp4_backend *b, int m, int topk, int n_experts)
+{
+    if (!b->gpu || b->n_kernels < 1)
+        return -1;
+    long per_expert = ((long)m * topk + n_experts - 1) / (n_experts > 0 ? n_experts : 1);
+    for (int i = 0; i < b->n_kernels; i++)
+        if (b->kernels[i].max_tokens_per_expert == 0 || per_expert <= b->kernels[i].max_tokens_per_expert)
+            return b->kernels[i].kernel;
+    return b->kernels[b->n_kernels - 1].kernel;
 }
 
 static const char *act_name(fp4_act a)

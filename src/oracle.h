@@ -42,7 +42,12 @@ typedef struct fp4_backend {
     int a16_undeclared;       /* an A4 backend that runs a side declaring no A4 scheme at A16 */
     unsigned acts;            /* FP4_BIT(fp4_act) supported */
     int clamps;               /* applies the SwiGLU limit */
-    int gpu_kernel;           /* fp4_gpu_kernel id, -1 for CPU backends */
+    int gpu;                  /* 1: runs through the GPU pipeline (gpu_moe.h) */
+    struct {
+        int kernel;           /* fp4_gpu_kernel */
+        int max_tokens_per_expert; /* serves calls up to this many tokens per expert; 0: any */
+    } kernels[3];             /* selection by size: the first that admits the call runs */
+    int n_kernels;
     const char *load;         /* load-time weight conversion, in words */
 } fp4_backend;
 
@@ -83,6 +88,10 @@ fp4moe_status fp4_oracle_select(const fp4_backend *const *reg, int n, const fp4_
  * backend w4a16-mma runs W4A16 (activations not quantized); dropped nvfp4-per-token
  * activation scales (FC1)". Empty when nothing was dropped. */
 void fp4_decision_note(const fp4_decision *d, const char *layers, char *buf, size_t len);
+
+/* Selection by size, inside the decider: the GPU kernel of backend b for a call of m
+ * tokens (expected tokens per expert: ceil(m * topk / n_experts)). -1 for CPU backends. */
+int fp4_oracle_kernel(const fp4_backend *b, int m, int topk, int n_experts);
 
 /* "nvfp4/nvfp4-per-token" (or "nvfp4/fc1 nvfp4-per-token, fc2 none" when they differ). */
 void fp4_layer_need_str(const fp4_layer_need *need, char *buf, size_t len);

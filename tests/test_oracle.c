@@ -32,7 +32,6 @@ static const fp4_backend a4_static_only = {
     .a4 = FP4_BIT(FP4_A_NVFP4_STATIC),
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
-    .gpu_kernel = -1,
 };
 
 /* A W4A16 backend that cannot clamp SwiGLU. */
@@ -43,7 +42,6 @@ static const fp4_backend no_clamp = {
     .a16 = 1,
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 0,
-    .gpu_kernel = -1,
 };
 
 typedef struct row {

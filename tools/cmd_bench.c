@@ -272,8 +272,8 @@ int cmd_bench(int argc, char **argv)
     if (jf)
         fprintf(jf, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cublas_peak_TFLOPs\": %.1f, \"results\": [\n", dev.name,
                 bw / 1e9, peak / 1e12);
-    printf("%-32s %-10s %9s %9s %7s %8s %7s %9s %9s\n", "problem (H I E k M routing)", "backend", "us", "floor_us",
-           "x_floor", "GB/s", "TFLOP/s", "cublas_us", "kernel");
+    printf("%-32s %-16s %9s %9s %7s %8s %7s %9s %8s\n", "problem (H I E k M routing)", "backend/kernel", "us",
+           "floor_us", "x_floor", "GB/s", "TFLOP/s", "cublas_us", "bound");
     int first_json = 1;
     fp4_moe_random rw = {0};
     int have = 0;
@@ -298,7 +298,7 @@ int cmd_bench(int argc, char **argv)
             rw.w.router_bias[j] = (p->skewed && j < 16) ? 1.0f : 0.0f;
         fp4_layer_need need = {0, {FP4_W_NVFP4, FP4_A_NONE}, {FP4_W_NVFP4, FP4_A_NONE}, A.act, A.swiglu_limit};
         for (int b = 0; b < nreg; b++) {
-            if (reg[b]->gpu_kernel < 0)
+            if (!reg[b]->gpu)
                 continue;
             if (backend && fp4_backend_lookup(reg, nreg, backend) != reg[b])
                 continue;
@@ -308,8 +308,9 @@ int cmd_bench(int argc, char **argv)
                 continue;
             }
             fp4_gpu_moe *g = NULL;
-            if (fp4_gpu_moe_create(&A, &rw.w, (fp4_gpu_kernel)reg[b]->gpu_kernel, &g, &e))
+            if (fp4_gpu_moe_create(&A, &rw.w, &g, &e))
                 return cli_error("bench", &e);
+            fp4_gpu_kernel kern = (fp4_gpu_kernel)fp4_oracle_kernel(reg[b], p->m, p->topk, p->experts);
             size_t wsb = fp4_gpu_moe_workspace_size(g, p->m), xb = (size_t)p->m * p->hidden * 2;
             void *ws, *x[ROTATE];
             float *y;
@@ -331,7 +332,7 @@ int cmd_bench(int argc, char **argv)
                 }
                 CK(cudaMalloc(&x[r], xb));
                 CK(cudaMemcpy(x[r], hx, xb, cudaMemcpyHostToDevice));
-                if (fp4_gpu_moe_forward(g, x[r], p->m, y, ids, tw, ws, wsb, s, &e))
+                if (fp4_gpu_moe_forward(g, kern, x[r], p->m, y, ids, tw, ws, wsb, s, &e))
                     return cli_error("bench", &e);
                 CK(cudaStreamSynchronize(s));
                 CK(cudaMemcpy(hid, ids, (size_t)p->m * p->topk * 4, cudaMemcpyDeviceToHost));
@@ -340,7 +341,7 @@ int cmd_bench(int argc, char **argv)
                         hit[hid[i]] = 1;
                 cudaGraph_t gr;
                 CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                fp4moe_status fst = fp4_gpu_moe_forward(g, x[r], p->m, y, ids, tw, ws, wsb, s, &e);
+                fp4moe_status fst = fp4_gpu_moe_forward(g, kern, x[r], p->m, y, ids, tw, ws, wsb, s, &e);
                 CK(cudaStreamEndCapture(s, &gr));
                 if (fst)
                     return cli_error("bench", &e);
@@ -367,14 +368,16 @@ int cmd_bench(int argc, char **argv)
             char label[64];
             snprintf(label, sizeof label, "%d %d %d %d %d %s", p->hidden, p->inter, p->experts, p->topk, p->m,
                      p->skewed ? "skewed" : "uniform");
-            printf("%-32s %-10s %9.1f %9.1f %7.2f %8.0f %7.1f %9.1f %9s\n", label, reg[b]->name, us, floor_us,
+            char bk[48];
+            snprintf(bk, sizeof bk, "%s/%s", reg[b]->name, fp4_gpu_kernel_name(kern));
+            printf("%-32s %-16s %9.1f %9.1f %7.2f %8.0f %7.1f %9.1f %8s\n", label, bk, us, floor_us,
                    us / floor_us, bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12, cb,
                    floor_mem > floor_tc ? "memory" : "compute");
             fflush(stdout);
             if (jf) {
-                fprintf(jf, "%s  {\"hidden\": %d, \"inter\": %d, \"experts\": %d, \"topk\": %d, \"m\": %d, \"routing\": \"%s\", \"shared\": %d, \"backend\": \"%s\", \"us\": %.2f, \"bytes\": %.0f, \"flops\": %.0f, \"floor_mem_us\": %.2f, \"floor_tc_us\": %.2f, \"x_floor\": %.3f, \"GBps\": %.1f, \"TFLOPs\": %.2f, \"cublas_same_flops_us\": %.2f, \"experts_hit\": %.1f}",
+                fprintf(jf, "%s  {\"hidden\": %d, \"inter\": %d, \"experts\": %d, \"topk\": %d, \"m\": %d, \"routing\": \"%s\", \"shared\": %d, \"backend\": \"%s\", \"kernel\": \"%s\", \"us\": %.2f, \"bytes\": %.0f, \"flops\": %.0f, \"floor_mem_us\": %.2f, \"floor_tc_us\": %.2f, \"x_floor\": %.3f, \"GBps\": %.1f, \"TFLOPs\": %.2f, \"cublas_same_flops_us\": %.2f, \"experts_hit\": %.1f}",
                         first_json ? "" : ",\n", p->hidden, p->inter, p->experts, p->topk, p->m, p->skewed ? "skewed" : "uniform",
-                        p->shared, reg[b]->name, us, bytes, flops, floor_mem, floor_tc, us / floor_us,
+                        p->shared, reg[b]->name, fp4_gpu_kernel_name(kern), us, bytes, flops, floor_mem, floor_tc, us / floor_us,
                         bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12, cb, expect_hit);
                 first_json = 0;
             }

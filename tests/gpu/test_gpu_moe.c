@@ -250,7 +250,7 @@ static void run_case(const char *shape, const fp4_arch *a, const fp4_moe_weights
     CK(cudaMemcpyAsync(b.dx, xb, nx * 2, cudaMemcpyHostToDevice, s));
     poison(&b, m, H, k, s);
     fp4_err e;
-    fp4moe_status st = fp4_gpu_moe_forward(g, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
+    fp4moe_status st = fp4_gpu_moe_forward(g, FP4_GPU_K_MMA, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(y, b.dy, nx * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gids, b.dids, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
@@ -351,7 +351,7 @@ static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_
     fp4_err e;
     int ok = 1;
     /* eager, with NULL top-k outputs (workspace copies) */
-    if (fp4_gpu_moe_forward(g, b.dx, m, b.dy, NULL, NULL, b.dws, b.wsb, s, &e) != FP4MOE_OK) {
+    if (fp4_gpu_moe_forward(g, FP4_GPU_K_MMA, b.dx, m, b.dy, NULL, NULL, b.dws, b.wsb, s, &e) != FP4MOE_OK) {
         printf("FAIL graph M=%d: eager forward: %s\n", m, e.msg);
         ok = 0;
     }
@@ -361,7 +361,7 @@ static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    fp4moe_status st = fp4_gpu_moe_forward(g, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
+    fp4moe_status st = fp4_gpu_moe_forward(g, FP4_GPU_K_MMA, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
     CK(cudaStreamEndCapture(s, &graph));
     if (st != FP4MOE_OK) {
         printf("FAIL graph M=%d: forward under capture: %s\n", m, e.msg);
@@ -388,7 +388,7 @@ static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_
     ok && same1 && same2 && !nonfinite ? n_pass++ : n_fail++;
     /* forward_host on the same x */
     memset(y1, 0, nx * 4);
-    st = fp4_gpu_moe_forward_host(g, x, m, y1, NULL, NULL, &e);
+    st = fp4_gpu_moe_forward_host(g, FP4_GPU_K_MMA, x, m, y1, NULL, NULL, &e);
     int same = st == FP4MOE_OK && !memcmp(y0, y1, nx * 4);
     printf("%s forward_host M=%d: equal to the device path %d%s%s\n", same ? "PASS" : "FAIL",
            m, same, st ? ": " : "", st ? e.msg : "");
@@ -410,7 +410,7 @@ static void run_reject_case(void)
     set_arch(&a, &t.w, 2, 1, 0, t.w.router_bias);
     fp4_gpu_moe *g = NULL;
     fp4_err e;
-    fp4moe_status st = fp4_gpu_moe_create(&a, &t.w, FP4_GPU_K_MMA, &g, &e);
+    fp4moe_status st = fp4_gpu_moe_create(&a, &t.w, &g, &e);
     int ok = st == FP4MOE_ERR_NOT_SUPPORTED && strstr(e.msg, "H=96") && !g;
     printf("%s reject H=96: status %d, message '%s'\n", ok ? "PASS" : "FAIL", (int)st,
            st ? e.msg : "");
@@ -439,7 +439,7 @@ static void time_forward(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_mo
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        fp4moe_status st = fp4_gpu_moe_forward(g, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
+        fp4moe_status st = fp4_gpu_moe_forward(g, FP4_GPU_K_MMA, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
         CK(cudaStreamEndCapture(s, &graph));
         if (st != FP4MOE_OK) {
             printf("INFO timing M=%d: forward failed: %s\n", m, e.msg);
@@ -491,7 +491,7 @@ static void run_shape(const shape_spec *sp, cudaStream_t s)
             set_arch(&a, &t.w, sp->topks[ti], oai, skew, t.w.router_bias);
             fp4_gpu_moe *g = NULL;
             fp4_err e;
-            if (fp4_gpu_moe_create(&a, &t.w, FP4_GPU_K_MMA, &g, &e) != FP4MOE_OK) {
+            if (fp4_gpu_moe_create(&a, &t.w, &g, &e) != FP4MOE_OK) {
                 printf("FAIL %s top-%d: create: %s\n", sp->name, sp->topks[ti], e.msg);
                 n_fail++;
                 continue;
