@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One device call: the whole GPU check and benchmark of fp4moe, with logs under $OUT.
+#   bench/run_device.sh BUILD_DIR [quick]
+# BUILD_DIR holds binaries built on the development machine (scripts/build.sh) plus
+# libcjson.so.1 (copied there, since the device image lacks it). Steps:
+#   1. every C test binary and the Python cross-checks (GPU tests run for real here);
+#   2. the scenario of DESIGN.md section 1 at layer level: a tp8-rank checkpoint with
+#      per-token FC1 metadata, inspected and checked with auto and each W4A16 backend,
+#      beside the emulated A4 per-token error;
+#   3. fp4moe bench over bench/problems.txt (skipped with "quick");
+#   4. the peer (Humming) on the same shapes, when .peer/ was carried.
+set -uo pipefail
+B="$(cd "$1" && pwd)"
+MODE="${2:-full}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-/tmp/fp4moe-out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export FP4MOE_BIN="$B/fp4moe" FP4MOE_BUILD="$B" FP4MOE_SRC="$ROOT"
+fails=0
+step() { echo; echo "== $* =="; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/device.txt"
+
+step "C tests"
+for t in "$B"/test_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  if (cd "$B" && "$t") > "$OUT/$name.log" 2>&1; then r=PASS; else r=FAIL; fails=$((fails+1)); fi
+  echo "$name: $r ($(tail -n 1 "$OUT/$name.log"))"
+done
+
+step "Python cross-checks"
+if python3 -m pytest -q -p no:cacheprovider "$ROOT/tests/py" > "$OUT/pytest.log" 2>&1; then echo "pytest: PASS";
+else echo "pytest: FAIL"; fails=$((fails+1)); fi
+tail -n 3 "$OUT/pytest.log"
+
+step "compute-sanitizer memcheck (small cases)"
+if command -v compute-sanitizer >/dev/null; then
+  (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 ./test_gpu_moe) \
+    > "$OUT/memcheck.log" 2>&1 && echo "memcheck: clean" || { echo "memcheck: FAIL"; fails=$((fails+1)); }
+  tail -n 2 "$OUT/memcheck.log"
+fi
+
+step "scenario: tp8 rank, per-token FC1, 4 layers"
+M=/tmp/fp4moe-scenario
+rm -rf "$M"
+"$B/fp4moe" gen "$M" --preset minimax-m3.1-flash-tp8 --layers 4 --act-scheme per-token --format minimax-m31 --seed 11
+"$B/fp4moe" inspect "$M" 2>&1 | tee "$OUT/scenario_inspect.txt"
+"$B/fp4moe" inspect "$M" --json > "$OUT/scenario_inspect.json" 2>/dev/null
+for be in auto w4a16-mma marlin; do
+  for m in 1 7 64 1000; do
+    "$B/fp4moe" check "$M" --layer 3 --tokens $m --moe-backend $be --seed $m --routing uniform 2>&1 | grep -E "layer|FAIL" \
+      || fails=$((fails+1))
+  done
+done
+"$B/fp4moe" check "$M" --layer 3 --tokens 64 --all-backends --seed 5 --routing skewed 2>&1 | tee -a "$OUT/scenario_check.txt" \
+  || fails=$((fails+1))
+"$B/fp4moe" check "$M" --all --tokens 16 --seed 6 > "$OUT/scenario_check_all.txt" 2>&1 || fails=$((fails+1))
+tail -n 1 "$OUT/scenario_check_all.txt"
+rm -rf "$M"
+
+if [ "$MODE" != quick ]; then
+  step "fp4moe bench"
+  "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --json "$OUT/bench.json" --reps 30 2> "$OUT/bench.err" \
+    | tee "$OUT/bench.txt" || fails=$((fails+1))
+  if [ -d "$ROOT/.peer/humming" ]; then
+    step "peer: Humming (indexed layout, graph replay, L2 cold)"
+    export PYTHONPATH="$ROOT/.peer/pylibs${PYTHONPATH:+:$PYTHONPATH}"
+    for spec in "384 8" "384 4" "3072 8"; do
+      set -- $spec
+      PEER_DIR="$ROOT/.peer" timeout 240 python3 "$ROOT/.peer/humming_moe_bench.py" --hidden 6144 --inter "$1" --topk "$2" \
+        --tokens 1 8 64 512 4096 16384 --layouts indexed --no-parts --time-budget 150 --json "$OUT/humming_i$1_k$2.json" \
+        > "$OUT/humming_i$1_k$2.txt" 2>&1
+      tail -n 12 "$OUT/humming_i$1_k$2.txt"
+    done
+  fi
+fi
+echo
+echo "device run: $fails failing step(s)"
+exit $((fails > 0))
