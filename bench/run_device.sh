@@ -19,50 +19,60 @@ export LD_LIBRARY_PATH="$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FP4MOE_BIN="$B/fp4moe" FP4MOE_BUILD="$B" FP4MOE_SRC="$ROOT"
 fails=0
 step() { echo; echo "== $* =="; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/device.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+# At most 8 files come back from $OUT: logs are concatenated into tests.log and scenario.txt.
+TL="$OUT/tests.log" SC="$OUT/scenario.txt"
+: > "$TL"; : > "$SC"
 
 step "C tests"
 for t in "$B"/test_*; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
-  if (cd "$B" && "$t") > "$OUT/$name.log" 2>&1; then r=PASS; else r=FAIL; fails=$((fails+1)); fi
-  echo "$name: $r ($(tail -n 1 "$OUT/$name.log"))"
+  echo "==== $name" >> "$TL"
+  if (cd "$B" && "$t") > /tmp/fp4moe-test.log 2>&1; then r=PASS; else r=FAIL; fails=$((fails+1)); fi
+  cat /tmp/fp4moe-test.log >> "$TL"
+  echo "$name: $r ($(tail -n 1 /tmp/fp4moe-test.log))"
 done
 
 step "Python cross-checks"
-if python3 -m pytest -q -p no:cacheprovider "$ROOT/tests/py" > "$OUT/pytest.log" 2>&1; then echo "pytest: PASS";
+echo "==== pytest tests/py" >> "$TL"
+if python3 -m pytest -q -p no:cacheprovider "$ROOT/tests/py" > /tmp/fp4moe-pytest.log 2>&1; then echo "pytest: PASS";
 else echo "pytest: FAIL"; fails=$((fails+1)); fi
-tail -n 3 "$OUT/pytest.log"
+cat /tmp/fp4moe-pytest.log >> "$TL"
+tail -n 3 /tmp/fp4moe-pytest.log
 
 step "compute-sanitizer memcheck (small cases)"
 if command -v compute-sanitizer >/dev/null; then
+  echo "==== compute-sanitizer memcheck" >> "$TL"
   (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 ./test_gpu_moe) \
-    > "$OUT/memcheck.log" 2>&1 && echo "memcheck: clean" || { echo "memcheck: FAIL"; fails=$((fails+1)); }
-  tail -n 2 "$OUT/memcheck.log"
+    > /tmp/fp4moe-memcheck.log 2>&1 && echo "memcheck: clean" || { echo "memcheck: FAIL"; fails=$((fails+1)); }
+  cat /tmp/fp4moe-memcheck.log >> "$TL"
+  tail -n 2 /tmp/fp4moe-memcheck.log
 fi
 
 step "scenario: tp8 rank, per-token FC1, 4 layers"
 M=/tmp/fp4moe-scenario
 rm -rf "$M"
 "$B/fp4moe" gen "$M" --preset minimax-m3.1-flash-tp8 --layers 4 --act-scheme per-token --format minimax-m31 --seed 11
-"$B/fp4moe" inspect "$M" 2>&1 | tee "$OUT/scenario_inspect.txt"
-"$B/fp4moe" inspect "$M" --json > "$OUT/scenario_inspect.json" 2>/dev/null
+"$B/fp4moe" inspect "$M" 2>&1 | tee -a "$SC"
+"$B/fp4moe" inspect "$M" --json >> "$SC" 2>/dev/null
 for be in auto w4a16-mma marlin; do
   for m in 1 7 64 1000; do
-    "$B/fp4moe" check "$M" --layer 3 --tokens $m --moe-backend $be --seed $m --routing uniform 2>&1 | grep -E "layer|FAIL" \
+    "$B/fp4moe" check "$M" --layer 3 --tokens $m --moe-backend $be --seed $m --routing uniform 2>&1 | tee -a "$SC" | grep -E "layer|FAIL" \
       || fails=$((fails+1))
   done
 done
-"$B/fp4moe" check "$M" --layer 3 --tokens 64 --all-backends --seed 5 --routing skewed 2>&1 | tee -a "$OUT/scenario_check.txt" \
+"$B/fp4moe" check "$M" --layer 3 --tokens 64 --all-backends --seed 5 --routing skewed 2>&1 | tee -a "$SC" \
   || fails=$((fails+1))
-"$B/fp4moe" check "$M" --all --tokens 16 --seed 6 > "$OUT/scenario_check_all.txt" 2>&1 || fails=$((fails+1))
-tail -n 1 "$OUT/scenario_check_all.txt"
+"$B/fp4moe" check "$M" --all --tokens 16 --seed 6 > /tmp/fp4moe-check-all.txt 2>&1 || fails=$((fails+1))
+cat /tmp/fp4moe-check-all.txt >> "$SC"
+tail -n 1 /tmp/fp4moe-check-all.txt
 rm -rf "$M"
 
 if [ "$MODE" != quick ]; then
   step "fp4moe bench"
-  "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --json "$OUT/bench.json" --reps 30 2> "$OUT/bench.err" \
-    | tee "$OUT/bench.txt" || fails=$((fails+1))
+  "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --json "$OUT/bench.json" --reps 30 2> /dev/null \
+    || fails=$((fails+1))
   if [ -d "$ROOT/.peer/humming" ]; then
     step "peer: Humming (indexed layout, graph replay, L2 cold)"
     export PYTHONPATH="$ROOT/.peer/pylibs${PYTHONPATH:+:$PYTHONPATH}"

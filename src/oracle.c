@@ -161,6 +161,20 @@ int fp4_oracle_kernel(const fp4_backend *b, int m, int topk, int n_experts)
     return b->kernels[b->n_kernels - 1].kernel;
 }
 
+void fp4_backend_kernels_str(const fp4_backend *b, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; b->gpu && i < b->n_kernels && o < len; i++) {
+        const char *name = fp4_gpu_kernel_name((fp4_gpu_kernel)b->kernels[i].kernel);
+        if (b->kernels[i].max_tokens_per_expert > 0)
+            o += (size_t)snprintf(buf + o, len - o, "%s up to %d tokens/expert, then ", name,
+                                  b->kernels[i].max_tokens_per_expert);
+        else
+            o += (size_t)snprintf(buf + o, len - o, "%s", name);
+    }
+}
+
 static const char *act_name(fp4_act a)
 {
     return a == FP4_ACT_SWIGLUOAI ? "swigluoai" : "silu";

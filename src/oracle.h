@@ -93,6 +93,9 @@ void fp4_decision_note(const fp4_decision *d, const char *layers, char *buf, siz
  * tokens (expected tokens per expert: ceil(m * topk / n_experts)). -1 for CPU backends. */
 int fp4_oracle_kernel(const fp4_backend *b, int m, int topk, int n_experts);
 
+/* The size rule in words: "decode up to 4 tokens/expert, then mma"; "" for CPU backends. */
+void fp4_backend_kernels_str(const fp4_backend *b, char *buf, size_t len);
+
 /* "nvfp4/nvfp4-per-token" (or "nvfp4/fc1 nvfp4-per-token, fc2 none" when they differ). */
 void fp4_layer_need_str(const fp4_layer_need *need, char *buf, size_t len);
 

@@ -278,9 +278,14 @@ int cmd_inspect(int argc, char **argv)
                    g->moe ? "experts" : "mlp", fp4_wscheme_name(g->fc1.w), act);
             if (g->error[0])
                 printf("                 error: %s\n", g->error);
-            else if (g->moe)
+            else if (g->moe) {
+                char kern[128];
+                fp4_backend_kernels_str(g->d.backend, kern, sizeof kern);
                 printf("                 backend %s, precision %s%s%s\n", g->d.backend->name, g->d.precision,
                        g->d.dropped[0] ? ", dropped " : "", g->d.dropped);
+                if (kern[0])
+                    printf("                 kernel by size: %s\n", kern);
+            }
             else
                 printf("                 backend reference (dense MLP layers run on the CPU reference)\n");
             char where[48], note[320];
@@ -305,6 +310,10 @@ int cmd_inspect(int argc, char **argv)
             } else {
                 cJSON_AddStringToObject(o, "backend", li[L].moe ? li[L].d.backend->name : "reference");
                 cJSON_AddStringToObject(o, "precision", li[L].moe ? li[L].d.precision : "reference");
+                char kern[128] = "";
+                if (li[L].moe)
+                    fp4_backend_kernels_str(li[L].d.backend, kern, sizeof kern);
+                cJSON_AddStringToObject(o, "kernels", kern);
                 if (li[L].d.dropped[0])
                     cJSON_AddStringToObject(o, "dropped", li[L].d.dropped);
                 else
