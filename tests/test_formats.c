@@ -18,19 +18,9 @@
 
 #include "fp4moe.h"
 
-static int g_pass, g_fail;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (cond) {                                                                            \
-            g_pass++;                                                                          \
-        } else {                                                                               \
-            g_fail++;                                                                          \
-            printf("FAIL %s:%d: ", __func__, __LINE__);                                        \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-        }                                                                                      \
-    } while (0)
+
 
 static uint32_t f2u(float f)
 {
@@ -513,6 +503,5 @@ int main(void)
     test_nvfp4_random();
     test_nvfp4_edges();
     test_mxfp8();
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_done();
 }

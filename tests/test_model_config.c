@@ -10,19 +10,9 @@
 
 #include "model_config.h"
 
-static int n_pass, n_fail;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (cond) {                                                                        \
-            n_pass++;                                                                      \
-        } else {                                                                           \
-            n_fail++;                                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                    \
-            printf(__VA_ARGS__);                                                           \
-            printf("\n");                                                                  \
-        }                                                                                  \
-    } while (0)
+
 
 #define CHECK_INT(got, want, what) \
     CHECK((got) == (want), "%s: got %d, want %d", what, (int)(got), (int)(want))
@@ -431,6 +421,5 @@ int main(void)
     test_mixtral_deepseek();
     test_malformed();
     test_layer_index();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }

@@ -16,19 +16,9 @@
 
 #include "ref/moe_ref.h"
 
-static int n_pass, n_fail;
+#include "check.h"
 
-#define CHECK(cond, ...)                                     \
-    do {                                                     \
-        if (cond) {                                          \
-            n_pass++;                                        \
-        } else {                                             \
-            n_fail++;                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);      \
-            printf(__VA_ARGS__);                             \
-            printf("\n");                                    \
-        }                                                    \
-    } while (0)
+
 
 /* ---- random numbers ---------------------------------------------------------------------- */
 
@@ -785,6 +775,5 @@ int main(void)
     test_routing_and_forward();
     test_dense();
     test_emulation();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_done();
 }

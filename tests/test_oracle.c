@@ -9,19 +9,9 @@
 
 #include "oracle.h"
 
-static int passed, failed;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+
 
 /* An A4 backend that supports static scales only (the scenario's failing kind). */
 static const fp4_backend a4_static_only = {
@@ -175,6 +165,5 @@ int main(void)
     /* Aliases resolve to the canonical descriptor. */
     CHECK(fp4_backend_lookup(prod, np, "marlin") == fp4_backend_lookup(prod, np, "w4a16-mma"), "alias marlin");
 
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_done();
 }

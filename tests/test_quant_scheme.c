@@ -12,19 +12,9 @@
 
 #include "quant_scheme.h"
 
-static int n_pass, n_fail;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (cond) {                                                                        \
-            n_pass++;                                                                      \
-        } else {                                                                           \
-            n_fail++;                                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                    \
-            printf(__VA_ARGS__);                                                           \
-            printf("\n");                                                                  \
-        }                                                                                  \
-    } while (0)
+
 
 enum { W_BF16 = FP4_W_BF16, W_NV = FP4_W_NVFP4, W_MX = FP4_W_MXFP8 };
 enum { A_NONE = FP4_A_NONE, A_ST = FP4_A_NVFP4_STATIC, A_TOK = FP4_A_NVFP4_PER_TOKEN };
@@ -525,6 +515,5 @@ int main(void)
     test_modelopt_errors();
     test_ct();
     test_minimax();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }

@@ -19,20 +19,10 @@
 
 #include "safetensors.h"
 
-static int n_pass, n_fail;
+#include "check.h"
+
 static char g_dir[256];
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (cond) {                                                               \
-            n_pass++;                                                             \
-        } else {                                                                  \
-            n_fail++;                                                             \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            printf(__VA_ARGS__);                                                  \
-            printf("\n");                                                         \
-        }                                                                         \
-    } while (0)
 
 static void path_of(char *buf, size_t len, const char *name)
 {
@@ -536,6 +526,5 @@ int main(void)
     test_valid_read();
     test_writer();
     remove_dir(g_dir);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }
