@@ -8,7 +8,7 @@
 #      per-token FC1 metadata, inspected and checked with auto and each W4A16 backend,
 #      beside the emulated A4 per-token error;
 #   3. fp4moe bench over bench/problems.txt (skipped with "quick");
-#   4. the peer (Humming) on the same shapes, when .peer/ was carried.
+#   4. the peer (Humming, bench/peer/) on the same shapes, when .peer/ was carried.
 set -uo pipefail
 B="$(cd "$1" && pwd)"
 MODE="${2:-full}"
@@ -74,15 +74,18 @@ if [ "$MODE" != quick ]; then
   "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --json "$OUT/bench.json" --reps 30 2> /dev/null \
     || fails=$((fails+1))
   if [ -d "$ROOT/.peer/humming" ]; then
-    step "peer: Humming (indexed layout, graph replay, L2 cold)"
-    export PYTHONPATH="$ROOT/.peer/pylibs${PYTHONPATH:+:$PYTHONPATH}"
+    step "peer: Humming (bench/peer/humming_moe_bench.py: indexed layout, graph replay, L2 cold)"
+    export PYTHONPATH="$ROOT/.peer/pylibs${PYTHONPATH:+:$PYTHONPATH}" PEER_DIR="$ROOT/.peer"
+    HP="$ROOT/bench/peer/humming_moe_bench.py"
+    timeout 120 python3 "$HP" --hidden 6144 --inter 384 --topk 8 --layouts indexed --selftest-api > "$OUT/humming.txt" 2>&1
+    echo "peer selftest rc=$?"; tail -n 5 "$OUT/humming.txt"
     for spec in "384 8" "384 4" "3072 8"; do
       set -- $spec
-      PEER_DIR="$ROOT/.peer" timeout 240 python3 "$ROOT/.peer/humming_moe_bench.py" --hidden 6144 --inter "$1" --topk "$2" \
-        --tokens 1 8 64 512 4096 16384 --layouts indexed --no-parts --time-budget 150 --json "$OUT/humming_i$1_k$2.json" \
-        > "$OUT/humming_i$1_k$2.txt" 2>&1
-      tail -n 12 "$OUT/humming_i$1_k$2.txt"
+      timeout 200 python3 "$HP" --hidden 6144 --inter "$1" --topk "$2" --tokens 1 8 64 512 4096 16384 \
+        --layouts indexed --no-parts --time-budget 150 --json "$OUT/humming_i$1_k$2.json" >> "$OUT/humming.txt" 2>&1
+      echo "peer I=$1 top-$2 rc=$?"
     done
+    tail -n 40 "$OUT/humming.txt"
   fi
 fi
 echo
