@@ -1,0 +1,487 @@
+/*
+ * sm90_w4a16_wgmma.cu - the grouped MoE GEMM of FC1 and FC2 (DESIGN.md sections 2 and 4) on
+ * Hopper's warpgroup tensor-core instruction wgmma (sm_90a only), with the contract of
+ * fp4_mma_gemm (w4a16_mma_gemm.cuh): same arguments, weight layout, grouping and outputs.
+ *
+ * Shape of the product: D[weight rows x tokens] = W[rows x K] * X^T[K x tokens]. The NVFP4
+ * weights are the wgmma A operand, dequantized into registers (wgmma takes A from registers;
+ * B must be in shared memory): e2m1 codes become exact BF16 through byte-permute table
+ * look-ups, times the e4m3 block scale as BF16 (e2m1 * e4m3 is exact in BF16); the fp32
+ * global scale goes on the accumulator. The token rows are gathered per row index with
+ * cp.async into shared memory as the K-major B operand in the 128-byte-swizzled layout of the
+ * wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
+ * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
+ * consecutive 64-row slots of the same expert: m64n128k16; a slot alone: m64n64k16), K tiles
+ * of 64 through a cp.async ring of 126 KB (6 stages of 128 tokens, 9 of 64 tokens: the weight
+ * bytes in flight matter when few tokens share them), one barrier per K tile. Registers hold two K tiles of
+ * A fragments: while the wgmmas of tile kt run, the warps dequantize tile kt+1
+ * (wgmma.wait_group 1 frees the other buffer and the ring stage).
+ * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
+ * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared
+ * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
+ * fp32 rows staged in shared memory, 16-byte stores.
+ * Limits: NVFP4 weights only; k % 64 == 0, n % 64 == 0 (plain: a last half tile of 64
+ * columns is masked); a and out 16-byte aligned. e4m3 NaN scale codes are not special-cased.
+ * Built for sm_90a; in other targets the kernel body traps and the launcher refuses (init).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#include "sm90_w4a16_wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FP4_WG_SM90 1
+#endif
+
+#define WG_THREADS 256
+#define WG_BK 64                       /* K per tile */
+#define WG_BW 128                      /* weight rows per CTA (64 per warpgroup) */
+#define WG_W_BYTES (WG_BW * WG_BK / 2) /* packed e2m1, permuted rows of 32 bytes */
+#define WG_S_BYTES (WG_BW * WG_BK / 16)
+#define WG_RING (6 * 21504)            /* cp.async ring: 6 stages of 128 tokens, 9 of 64 */
+#define WG_SMEM (WG_RING + 1024)       /* + slack to align the base to 1 KB */
+
+#ifdef FP4_WG_SM90
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes));
+}
+
+static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes));
+}
+
+static __device__ __forceinline__ void cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> static __device__ __forceinline__ void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Orders this thread's generic-proxy shared-memory writes (cp.async included) before later
+ * async-proxy reads (wgmma operands); a barrier after it publishes them to the warpgroups. */
+static __device__ __forceinline__ void fence_proxy_async(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void wgmma_fence(void)
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void wgmma_commit(void)
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int N> static __device__ __forceinline__ void wgmma_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* Shared-memory matrix descriptor: K-major operand, 128-byte swizzle, rows of 128 bytes,
+ * 8-row core-matrix groups 1024 bytes apart (SBO), LBO unused (encoded 1). */
+static __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
+{
+    return (uint64_t)((saddr >> 4) & 0x3fffu) | ((uint64_t)1 << 16) | ((uint64_t)64 << 32) |
+           ((uint64_t)1 << 62);
+}
+
+#define WG_F8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
+                 "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+/* D[64 x N] += A[64 x 16] (registers, bf16) * B[16 x N] (shared memory via descriptor). */
+template <int N> struct wg_mma;
+
+template <> struct wg_mma<128> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
+            "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"
+            "%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,"
+            "%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+            : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40), WG_F8(48),
+              WG_F8(56)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+
+template <> struct wg_mma<64> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
+            "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+            : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+#undef WG_F8
+
+static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+/* a * b on bf16 pairs (exact here; the -0 addend keeps +0 products +0). */
+static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+/* Eight e2m1 codes (nibble i = element i) -> four bf16x2, r[i] = elements (2i, 2i+1) of
+ * byte i, lower element in the low half. Magnitudes by prmt table look-up (selector nibble =
+ * 3-bit code; tables hold the high and low bytes of bf16 {0, .5, 1, 1.5, 2, 3, 4, 6}); signs
+ * by prmt's sign-replicate mode from the byte whose top bit is the nibble's sign. */
+static __device__ __forceinline__ void e2m1x8_to_bf16(uint32_t w, uint32_t r[4])
+{
+    const uint32_t hi0 = 0x3f3f3f00u, hi1 = 0x40404040u, lo0 = 0xc0800000u, lo1 = 0xc0804000u;
+    const uint32_t mag = w & 0x77777777u, w4 = w << 4, mag_hi = mag >> 16;
+    uint32_t hi = prmt(hi0, hi1, mag), lo = prmt(lo0, lo1, mag);
+    hi |= prmt(w4, w, 0xd9c8u) & 0x80808080u;
+    r[0] = prmt(lo, hi, 0x5140u);
+    r[1] = prmt(lo, hi, 0x7362u);
+    hi = prmt(hi0, hi1, mag_hi);
+    lo = prmt(lo0, lo1, mag_hi);
+    hi |= prmt(w4, w, 0xfbeau) & 0x80808080u;
+    r[2] = prmt(lo, hi, 0x5140u);
+    r[3] = prmt(lo, hi, 0x7362u);
+}
+
+/* Four e4m3 block scales (byte i) -> four bf16x2, each scale in both halves. Exact: e4m3 ->
+ * f16 -> f32 are exact and the f32 has at most 4 significant bits, so its top half is it. */
+static __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t s, uint32_t d[4])
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+            (__nv_fp8x2_storage_t)((s >> (16 * h)) & 0xffffu), __NV_E4M3);
+        __half_raw lo, hi;
+        lo.x = r.x;
+        hi.x = r.y;
+        uint32_t f0 = __float_as_uint(__half2float(__half(lo)));
+        uint32_t f1 = __float_as_uint(__half2float(__half(hi)));
+        d[2 * h] = prmt(f0, f0, 0x3232u);
+        d[2 * h + 1] = prmt(f1, f1, 0x3232u);
+    }
+}
+
+static __device__ __forceinline__ float act_fn(int act, float limit, float alpha, float g,
+                                               float u)
+{
+    if (act == 0) return g / (1.f + __expf(-g)) * u;
+    if (limit > 0.f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return (u + 1.f) * g / (1.f + __expf(-alpha * g));
+}
+
+/* Weight row (within the expert) of shared-memory row sr of the CTA's 128, or -1.
+ * Gated: sr = 64 v + 16 w + 8 h + g -> column c = ctile*64 + 32 v + 8 w + g, gate row c for
+ * h = 0, up row n + c for h = 1 (the warp's accumulator rows g and g+8). Plain: ctile*128+sr. */
+template <bool GATED>
+static __device__ __forceinline__ int wg_weight_row(int sr, int ctile, int n)
+{
+    if (GATED) {
+        int c = ctile * 64 + 32 * (sr >> 6) + 8 * ((sr >> 4) & 3) + (sr & 7);
+        return (sr >> 3) & 1 ? n + c : c;
+    }
+    int r = ctile * WG_BW + sr;
+    return r < n ? r : -1;
+}
+
+/* One work unit: NT tokens (padded rows slot0*64 ..) of one expert x 128 weight rows. */
+template <int NT, bool GATED>
+static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsigned char *sm,
+                                               int expert, int slot0, int ctile)
+{
+    constexpr int BCH = NT * 8 / WG_THREADS; /* 16-byte B chunks per thread per tile */
+    constexpr int BB = NT * 128;              /* B bytes per stage: NT rows x 64 bf16 */
+    /* stage = B + W + S rounded up to 1 KB (B stays 1 KB aligned for the 128B swizzle) */
+    constexpr int STAGE = (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
+    constexpr int NST = WG_RING / STAGE; /* 6 for 128 tokens, 9 for 64: bytes in flight */
+    const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int k = p.k, n = p.n, nk = k / WG_BK, n_wrows = GATED ? 2 * n : n;
+    const int prow0 = slot0 * 64;
+    const uint32_t sbase = smem_u32(sm);
+
+    /* Copy plan. B: chunk c = tid + 256 i is token row c >> 3, 16-byte part c & 7. */
+    const uint16_t *b_src[BCH];
+    uint32_t b_dst[BCH];
+    int b_bytes[BCH];
+#pragma unroll
+    for (int i = 0; i < BCH; i++) {
+        int c = tid + WG_THREADS * i, r = c >> 3, j = c & 7, prow = prow0 + r;
+        int src = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+        b_bytes[i] = src >= 0 ? 16 : 0;
+        b_src[i] = p.a + (size_t)(src >= 0 ? src : 0) * k + j * 8;
+        b_dst[i] = r * 128 + ((j ^ (r & 7)) << 4);
+    }
+    /* Plain: output row and multiplier of token row tid, read now, used in the epilogue. */
+    int my_dst = -1;
+    float my_w = 0.f;
+    if (!GATED && tid < NT) {
+        int prow = prow0 + tid;
+        my_dst = p.row_dst ? p.row_dst[prow] : (prow < p.out_rows ? prow : -1);
+        my_w = p.row_w ? p.row_w[prow] : 1.f;
+    }
+    /* W: row tid >> 1, half tid & 1. S: row tid (threads < 128). */
+    const uint8_t *w_src, *s_src = 0;
+    int w_bytes, s_bytes = 0;
+    {
+        int wr = wg_weight_row<GATED>(tid >> 1, ctile, n);
+        w_bytes = wr >= 0 ? 16 : 0;
+        w_src = p.wq + ((size_t)expert * n_wrows + (wr >= 0 ? wr : 0)) * (k / 2) + (tid & 1) * 16;
+        if (tid < WG_BW) {
+            int sr = wg_weight_row<GATED>(tid, ctile, n);
+            s_bytes = sr >= 0 ? 4 : 0;
+            s_src = p.ws + ((size_t)expert * n_wrows + (sr >= 0 ? sr : 0)) * (k / 16);
+        }
+    }
+    auto load_stage = [&](int st, int kt) {
+        uint32_t base = sbase + st * STAGE;
+#pragma unroll
+        for (int i = 0; i < BCH; i++) cp_async16(base + b_dst[i], b_src[i] + kt * WG_BK, b_bytes[i]);
+        cp_async16(base + BB + tid * 16, w_src + kt * (WG_BK / 2), w_bytes);
+        if (tid < WG_BW)
+            cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src + kt * (WG_BK / 16), s_bytes);
+    };
+
+    /* A fragments of one K tile: a[kk][0..3] = rows (g, g+8) x k (2t.., 2t+8..) of k16 step kk
+     * (the mma.sync A layout, per warp 16 rows). Permuted row bytes 2j+h of the lane's 8:
+     * block j, h = 0 -> k 2t, 2t+1 (reg 0 / 1), h = 1 -> k 2t+8, 2t+9 (reg 2 / 3). */
+    const int rg = 64 * wg + 16 * wq + g;
+    auto dequant = [&](int st, uint32_t(&a)[4][4]) {
+        const unsigned char *base = sm + st * STAGE;
+        uint2 q0 = *(const uint2 *)(base + BB + rg * 32 + t * 8);
+        uint2 q1 = *(const uint2 *)(base + BB + (rg + 8) * 32 + t * 8);
+        uint32_t s0w = *(const uint32_t *)(base + BB + WG_W_BYTES + rg * 4);
+        uint32_t s1w = *(const uint32_t *)(base + BB + WG_W_BYTES + (rg + 8) * 4);
+        uint32_t s0[4], s1[4], r[4];
+        e4m3x4_to_bf16x2(s0w, s0);
+        e4m3x4_to_bf16x2(s1w, s1);
+#pragma unroll
+        for (int half = 0; half < 2; half++) { /* blocks 2 half, 2 half + 1 */
+            e2m1x8_to_bf16(half ? q0.y : q0.x, r);
+            a[2 * half][0] = bf16x2_mul(r[0], s0[2 * half]);
+            a[2 * half][2] = bf16x2_mul(r[1], s0[2 * half]);
+            a[2 * half + 1][0] = bf16x2_mul(r[2], s0[2 * half + 1]);
+            a[2 * half + 1][2] = bf16x2_mul(r[3], s0[2 * half + 1]);
+            e2m1x8_to_bf16(half ? q1.y : q1.x, r);
+            a[2 * half][1] = bf16x2_mul(r[0], s1[2 * half]);
+            a[2 * half][3] = bf16x2_mul(r[1], s1[2 * half]);
+            a[2 * half + 1][1] = bf16x2_mul(r[2], s1[2 * half + 1]);
+            a[2 * half + 1][3] = bf16x2_mul(r[3], s1[2 * half + 1]);
+        }
+    };
+
+    float acc[NT / 2];
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) acc[i] = 0.f;
+    uint32_t abuf0[4][4], abuf1[4][4];
+
+#pragma unroll
+    for (int s = 0; s < NST - 1; s++) {
+        if (s < nk) load_stage(s, s);
+        cp_async_commit();
+    }
+    cp_async_wait<NST - 2>();
+    fence_proxy_async();
+    __syncthreads();
+    dequant(0, abuf0);
+
+    /* Tile kt: issue its wgmmas (A = cur), retire kt-1's, publish tile kt+1, refill the
+     * stage kt-1 used, dequantize kt+1 into nxt while kt's wgmmas run. */
+    auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
+        const uint64_t desc = wg_desc(sbase + (kt % NST) * STAGE);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk);
+        wgmma_commit();
+        wgmma_wait<1>();
+        cp_async_wait<NST - 3>();
+        fence_proxy_async();
+        __syncthreads();
+        if (kt + NST - 1 < nk) load_stage((kt + NST - 1) % NST, kt + NST - 1);
+        cp_async_commit();
+        if (kt + 1 < nk) dequant((kt + 1) % NST, nxt);
+    };
+    for (int kt = 0; kt < nk; kt += 2) {
+        step(kt, abuf0, abuf1);
+        if (kt + 1 < nk) step(kt + 1, abuf1, abuf0);
+    }
+    wgmma_wait<0>();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* Epilogue. acc[4j + c]: accumulator row g (c < 2) or g+8 (c >= 2) of this warp, token
+     * 8j + 2t + (c & 1). */
+    if (GATED) {
+        const float gs_g = p.gscale ? p.gscale[2 * expert] : 1.f;
+        const float gs_u = p.gscale ? p.gscale[2 * expert + 1] : 1.f;
+        __nv_bfloat16 *so = (__nv_bfloat16 *)sm; /* [NT][72] */
+        const int c = 32 * wg + 8 * wq + g;
+#pragma unroll
+        for (int j = 0; j < NT / 8; j++) {
+            int tok = 8 * j + 2 * t;
+            so[tok * 72 + c] = __float2bfloat16_rn(
+                act_fn(p.act, p.limit, p.alpha, acc[4 * j] * gs_g, acc[4 * j + 2] * gs_u));
+            so[(tok + 1) * 72 + c] = __float2bfloat16_rn(
+                act_fn(p.act, p.limit, p.alpha, acc[4 * j + 1] * gs_g, acc[4 * j + 3] * gs_u));
+        }
+        __syncthreads();
+        uint16_t *out = (uint16_t *)p.out;
+#pragma unroll
+        for (int i = 0; i < BCH; i++) {
+            int cc = tid + WG_THREADS * i, r = cc >> 3, j = cc & 7, prow = prow0 + r;
+            if (prow < p.out_rows)
+                *(uint4 *)(out + (size_t)prow * n + ctile * 64 + j * 8) =
+                    *(const uint4 *)(so + r * 72 + j * 8);
+        }
+    } else {
+        float *so = (float *)sm; /* [NT][132] */
+        const int c = 64 * wg + 16 * wq + g;
+#pragma unroll
+        for (int j = 0; j < NT / 8; j++) {
+            int tok = 8 * j + 2 * t;
+            so[tok * 132 + c] = acc[4 * j];
+            so[(tok + 1) * 132 + c] = acc[4 * j + 1];
+            so[tok * 132 + c + 8] = acc[4 * j + 2];
+            so[(tok + 1) * 132 + c + 8] = acc[4 * j + 3];
+        }
+        int *sdst = (int *)(so + NT * 132); /* past the staging rows, still inside the ring */
+        float *sf = (float *)(sdst + NT);
+        if (tid < NT) {
+            sdst[tid] = my_dst;
+            sf[tid] = my_w * (p.gscale ? p.gscale[expert] : 1.f);
+        }
+        __syncthreads();
+        float *out = (float *)p.out;
+        const int col = ctile * WG_BW + 4 * lane;
+        for (int r = tid >> 5; r < NT; r += WG_THREADS / 32) {
+            int dst = sdst[r];
+            if (dst < 0 || col >= n) continue;
+            float f = sf[r];
+            float4 v = *(const float4 *)(so + r * 132 + 4 * lane);
+            v.x *= f, v.y *= f, v.z *= f, v.w *= f;
+            *(float4 *)(out + (size_t)dst * n + col) = v;
+        }
+    }
+    __syncthreads(); /* the staging area is the next unit's ring */
+}
+
+#endif /* FP4_WG_SM90 */
+
+/* Grid: units of two consecutive slots x column tiles, column tile fastest (the units of one
+ * expert and the column tiles of one unit share weights / token rows in L2). */
+template <bool GATED>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
+{
+#ifdef FP4_WG_SM90
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const int ctile = (int)(blockIdx.x % (unsigned)ny), unit = (int)(blockIdx.x / (unsigned)ny);
+    const int s0 = 2 * unit, s1 = s0 + 1;
+    int e0, e1;
+    if (p.tile_expert) {
+        e0 = p.tile_expert[s0];
+        e1 = s1 < p.n_tiles_m ? p.tile_expert[s1] : -1;
+    } else {
+        e0 = (long long)s0 * 64 < p.a_rows ? 0 : -1;
+        e1 = s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
+    }
+    if (e0 >= 0 && e0 == e1) {
+        wg_tile<128, GATED>(p, sm, e0, s0, ctile);
+    } else {
+        if (e0 >= 0) wg_tile<64, GATED>(p, sm, e0, s0, ctile);
+        if (e1 >= 0) wg_tile<64, GATED>(p, sm, e1, s1, ctile);
+    }
+#else
+    __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
+#endif
+}
+
+#define WG_MAX_DEVICES 64
+static int wg_ready[WG_MAX_DEVICES];
+
+static int wg_device_ready(void)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= WG_MAX_DEVICES) return 0;
+    return wg_ready[dev];
+}
+
+extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    if (dev < 0 || dev >= WG_MAX_DEVICES) return cudaErrorInvalidDevice;
+    if ((err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) != cudaSuccess ||
+        (err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)) != cudaSuccess)
+        return err;
+    if (major != 9 || minor != 0) return cudaErrorInvalidDeviceFunction;
+    const void *kern[2] = {(const void *)fp4_sm90_wgmma_kernel<true>,
+                           (const void *)fp4_sm90_wgmma_kernel<false>};
+    for (int i = 0; i < 2; i++) {
+        cudaFuncAttributes fa;
+        if ((err = cudaFuncGetAttributes(&fa, kern[i])) != cudaSuccess) return err;
+        if (fa.binaryVersion != 90) return cudaErrorInvalidDeviceFunction; /* no sm_90a SASS */
+        err = cudaFuncSetAttribute(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+        if (err != cudaSuccess) return err;
+    }
+    wg_ready[dev] = 1;
+    return cudaSuccess;
+}
+
+extern "C" int fp4_sm90_wgmma_gemm_serves(const fp4_mma_gemm_args *p)
+{
+    return p && wg_device_ready() && p->wfmt == FP4_MMA_W_NVFP4 && p->k >= WG_BK &&
+           p->k % WG_BK == 0 && p->n >= 64 && p->n % 64 == 0;
+}
+
+extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStream_t stream)
+{
+    if (!wg_device_ready()) return cudaErrorInvalidDeviceFunction;
+    if (!p) return cudaErrorInvalidValue;
+    if (p->wfmt != FP4_MMA_W_NVFP4) return cudaErrorNotSupported;
+    if (!p->a || !p->out || !p->wq || !p->ws || p->k < WG_BK || p->k % WG_BK || p->n < 64 ||
+        p->n % 64 || p->n_tiles_m < 1 || p->n_tiles_m > 0x7fffffff / 64 ||
+        (!p->tile_expert && p->row_dst) || ((uintptr_t)p->a & 15) || ((uintptr_t)p->out & 15))
+        return cudaErrorInvalidValue;
+    long long ny = p->gated ? p->n / 64 : (p->n + WG_BW - 1) / WG_BW;
+    long long blocks = ((long long)p->n_tiles_m + 1) / 2 * ny;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
+    if (p->gated)
+        fp4_sm90_wgmma_kernel<true><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    else
+        fp4_sm90_wgmma_kernel<false><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    return cudaGetLastError();
+}

@@ -1,0 +1,35 @@
+/*
+ * sm90_w4a16_wgmma.cuh - launcher of the Hopper (sm_90a) grouped MoE GEMM on wgmma
+ * (sm90_w4a16_wgmma.cu). Same contract as fp4_mma_gemm (w4a16_mma_gemm.cuh): the same
+ * fp4_mma_gemm_args, the same load-time NVFP4 layout (fp4_mma_permute_row), the same grouping
+ * tables of 64-row tile slots, the same outputs. NVFP4 weights only (BF16 weights: use
+ * fp4_mma_gemm). C-callable.
+ */
+#ifndef FP4MOE_SM90_W4A16_WGMMA_CUH
+#define FP4MOE_SM90_W4A16_WGMMA_CUH
+
+#include <cuda_runtime_api.h>
+
+#include "w4a16_mma_gemm.cuh"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One-time setup for the current device: checks that it is compute capability 9.0 and that
+ * the sm_90a kernels are in the binary (cudaErrorInvalidDeviceFunction otherwise), raises the
+ * dynamic shared-memory limit. fp4_sm90_wgmma_gemm refuses to launch until this succeeded. */
+cudaError_t fp4_sm90_wgmma_gemm_init(void);
+
+/* Should this kernel serve the call? 1 for NVFP4 weights with k % 64 == 0 and n % 64 == 0
+ * after a successful init; 0 otherwise (fall back to fp4_mma_gemm). */
+int fp4_sm90_wgmma_gemm_serves(const fp4_mma_gemm_args *args);
+
+/* cudaErrorInvalidDeviceFunction before a successful init (not sm_90), cudaErrorNotSupported
+ * for BF16 weights, cudaErrorInvalidValue for bad shapes / pointers (a, out 16-byte aligned). */
+cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *args, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FP4MOE_SM90_W4A16_WGMMA_CUH */
