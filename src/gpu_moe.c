@@ -8,9 +8,12 @@
  *   group (fp4_mma_permute_row); S13 [E][2I][H/16] e4m3 linear; G13 [E][2] fp32 (gate, up);
  *   W2 [E][H][I/2] permuted, S2 [E][H][I/16], G2 [E]. Router [E, H] fp32, bias [E].
  *   Shared expert: nvfp4 -> the same layout with E = 1; mxfp8 / bf16 -> bf16 [2Is][H], [H][Is].
- * Workspace (for M tokens, slots = ceil(M k / 64) + E): ids/weights [M k], tile table
- * [slots], padded rows src/dst/weight [slots * 64], a [slots * 64, I] bf16, per-pair FC2
- * output [M k, H] fp32, shared a [M, Is] bf16.
+ * FP4_GPU_K_DECODE (src/cuda/w4a16_decode.cuh) reads the same weight layout; its activations
+ * are bf16 in a "paired" K order (fp4_dec_pair_pos) for nvfp4 weights.
+ * Workspace (for M tokens, slots = ceil(M k / T) + E with T = 64 (mma) or 8 (decode)): ids /
+ * weights [M k], tile table [slots], padded rows src/dst/weight [slots * T], a [slots * T, I]
+ * bf16, per-pair FC2 output [M k, H] fp32, shared a [M, Is] bf16; decode adds paired x
+ * [M, H] bf16 and router logits [M, E] fp32. workspace_size is the larger of the two.
  * Limits: routed experts nvfp4 only; H, I, Is multiples of 64; E <= 256; H <= 16384.
  * Without FP4MOE_WITH_CUDA every call returns FP4MOE_ERR_NOT_SUPPORTED.
  */
@@ -24,6 +27,7 @@ const char *fp4_gpu_kernel_name(fp4_gpu_kernel k)
 {
     switch (k) {
     case FP4_GPU_K_MMA: return "mma";
+    case FP4_GPU_K_DECODE: return "decode";
     case FP4_GPU_K_COUNT: break;
     }
     return "unknown";
@@ -79,6 +83,7 @@ fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, fp4_gpu_kernel kernel, co
 #include "cuda/moe_combine.cuh"
 #include "cuda/moe_group.cuh"
 #include "cuda/moe_route.cuh"
+#include "cuda/w4a16_decode.cuh"
 #include "cuda/w4a16_mma_gemm.cuh"
 
 #define FP4_GPU_MAX_HIDDEN 16384
@@ -97,8 +102,8 @@ struct fp4_gpu_moe {
 };
 
 typedef struct gpu_ws {
-    int n_slots;
-    size_t ids, w, tile_expert, row_src, row_dst, row_w, a, pairs, sh_a, total; /* offsets */
+    int n_slots, tile_t;
+    size_t ids, w, tile_expert, row_src, row_dst, row_w, a, pairs, sh_a, xp, logits, total;
 } gpu_ws;
 
 static fp4moe_status cuda_fail(fp4_err *e, cudaError_t err, const char *what)
@@ -135,12 +140,14 @@ int fp4_gpu_device_cc(int *major, int *minor)
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-static gpu_ws ws_layout(const fp4_gpu_moe *g, int m)
+static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
 {
     gpu_ws l;
     size_t pairs = (size_t)m * g->topk, off = 0;
-    l.n_slots = fp4_moe_group_slots(m, g->topk, g->n_experts, FP4_MMA_TILE_M);
-    size_t rows = (size_t)l.n_slots * FP4_MMA_TILE_M;
+    int dec = kernel == FP4_GPU_K_DECODE;
+    l.tile_t = dec ? FP4_DEC_TILE_T : FP4_MMA_TILE_M;
+    l.n_slots = fp4_moe_group_slots(m, g->topk, g->n_experts, l.tile_t);
+    size_t rows = (size_t)l.n_slots * l.tile_t;
 #define TAKE(field, bytes) (l.field = off, off = align256(off + (bytes)))
     TAKE(ids, pairs * 4);
     TAKE(w, pairs * 4);
@@ -151,6 +158,8 @@ static gpu_ws ws_layout(const fp4_gpu_moe *g, int m)
     TAKE(a, rows * g->inter * 2);
     TAKE(pairs, pairs * g->hidden * 4);
     TAKE(sh_a, g->has_shared ? (size_t)m * g->shared_inter * 2 : 0);
+    TAKE(xp, dec ? (size_t)m * g->hidden * 2 : 0);
+    TAKE(logits, dec ? (size_t)m * g->n_experts * 4 : 0);
 #undef TAKE
     l.total = off;
     return l;
@@ -159,7 +168,9 @@ static gpu_ws ws_layout(const fp4_gpu_moe *g, int m)
 size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens)
 {
     if (!g || max_tokens < 1) return 0;
-    return ws_layout(g, max_tokens).total;
+    size_t a = ws_layout(g, max_tokens, FP4_GPU_K_MMA).total;
+    size_t b = ws_layout(g, max_tokens, FP4_GPU_K_DECODE).total;
+    return a > b ? a : b;
 }
 
 void fp4_gpu_moe_destroy(fp4_gpu_moe *g)
@@ -406,6 +417,82 @@ fail_staging:
     return st;
 }
 
+/* The decode pipeline (FP4_GPU_K_DECODE): route + prep (grouping into 8-token slots, x in
+ * the paired layout; two launches) -> FC1 -> FC2 [-> shared FC1 -> shared FC2] -> combine.
+ * Grids are fixed by M (slot bound fp4_dec_active_slots), so the forward stays capturable. */
+static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
+                                    int32_t *ids, float *wts, char *ws, const gpu_ws *l,
+                                    cudaStream_t s, fp4_err *e)
+{
+    int E = g->n_experts, H = g->hidden, I = g->inter, k = g->topk;
+    int32_t *tile_expert = (int32_t *)(ws + l->tile_expert);
+    int32_t *row_src = (int32_t *)(ws + l->row_src), *row_dst = (int32_t *)(ws + l->row_dst);
+    float *row_w = (float *)(ws + l->row_w), *pairs = (float *)(ws + l->pairs);
+    uint16_t *abuf = (uint16_t *)(ws + l->a), *sh_a = (uint16_t *)(ws + l->sh_a);
+    uint16_t *xp = (uint16_t *)(ws + l->xp);
+    const fp4_arch *a = &g->arch;
+    int act = a->act == FP4_ACT_SWIGLUOAI;
+    cudaError_t err;
+
+    if (m <= FP4_DEC_ROUTE_MAX_M && H <= FP4_DEC_ROUTE_MAX_H) {
+        /* small M: the per-token router kernel re-reads the router matrix per token with one
+         * block each (latency bound); this one reads each router row once */
+        err = fp4_dec_route_prep(x_bf16, g->router, g->bias, m, H, E, k,
+                                 a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk,
+                                 a->routed_scaling, (float *)(ws + l->logits), ids, wts,
+                                 l->n_slots, tile_expert, row_src, row_dst, row_w, xp, s);
+    } else {
+        err = fp4_moe_route(x_bf16, g->router, g->bias, m, H, E, k,
+                            a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling,
+                            ids, wts, s);
+        if (err != cudaSuccess) return cuda_fail(e, err, "route launch");
+        err = fp4_dec_prep(ids, wts, m, k, E, l->n_slots, tile_expert, row_src, row_dst,
+                           row_w, x_bf16, H, xp, s);
+    }
+    if (err != cudaSuccess) return cuda_fail(e, err, "decode prep launch");
+    int active = fp4_dec_active_slots(m, k, E);
+    if (active > l->n_slots) active = l->n_slots;
+    /* Two m16 tiles per warp halve the activation re-reads once slots hold several tokens
+     * (m k >= 2 E: two or more per expert on average); one keeps more blocks at M = 1. */
+    int rt = (long long)m * k >= 2LL * E ? 2 : 1;
+
+    fp4_dec_gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.wfmt = FP4_DEC_W_NVFP4;
+    p.act = act, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
+    p.gated = 1, p.n = I, p.k = H, p.n_slots = active, p.tiles_per_warp = rt;
+    p.a = xp, p.a_rows = m, p.tile_expert = tile_expert, p.row_src = row_src;
+    p.out_rows = l->n_slots * FP4_DEC_TILE_T;
+    p.wq = g->w13, p.ws = g->s13, p.gscale = g->g13, p.out = abuf;
+    if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "decode FC1 launch");
+    p.gated = 0, p.n = H, p.k = I;
+    p.a = abuf, p.a_rows = l->n_slots * FP4_DEC_TILE_T, p.row_src = NULL;
+    p.row_dst = row_dst, p.row_w = row_w;
+    p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs;
+    if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "decode FC2 launch");
+
+    if (g->has_shared) { /* identity slots of 8 tokens, output straight into y */
+        int is = g->shared_inter, fp4 = g->shared_fmt == FP4_MMA_W_NVFP4;
+        memset(&p, 0, sizeof p);
+        p.wfmt = fp4 ? FP4_DEC_W_NVFP4 : FP4_DEC_W_BF16;
+        p.act = act, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
+        p.gated = 1, p.n = is, p.k = H;
+        p.n_slots = (m + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T;
+        p.tiles_per_warp = m >= 2 * FP4_DEC_TILE_T ? 2 : 1;
+        p.a = fp4 ? xp : x_bf16, p.a_rows = m, p.out_rows = m, p.out = sh_a;
+        p.wq = g->sh_w13, p.ws = g->sh_s13, p.wb = g->sh_b13, p.gscale = g->sh_g13;
+        if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess)
+            return cuda_fail(e, err, "decode shared FC1 launch");
+        p.gated = 0, p.n = H, p.k = is, p.a = sh_a, p.out = y;
+        p.wq = g->sh_w2, p.ws = g->sh_s2, p.wb = g->sh_b2, p.gscale = g->sh_g2;
+        if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess)
+            return cuda_fail(e, err, "decode shared FC2 launch");
+    }
+    err = fp4_moe_combine(pairs, m, k, H, g->has_shared, y, s);
+    if (err != cudaSuccess) return cuda_fail(e, err, "combine launch");
+    return FP4MOE_OK;
+}
+
 fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
                                   int m, float *y, int32_t *topk_ids, float *topk_w,
                                   void *workspace, size_t workspace_bytes, void *stream, fp4_err *e)
@@ -413,19 +500,20 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     if (!g || !x_bf16 || !y || m < 1 || !workspace)
         return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
                         "GPU MoE forward: NULL pointer or m = %d < 1", m);
-    if (kernel != FP4_GPU_K_MMA)
+    if (kernel != FP4_GPU_K_MMA && kernel != FP4_GPU_K_DECODE)
         return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE forward: kernel '%s' is not built",
                         fp4_gpu_kernel_name(kernel));
-    gpu_ws l = ws_layout(g, m);
+    gpu_ws l = ws_layout(g, m, kernel);
     if (workspace_bytes < l.total)
         return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
-                        "GPU MoE forward: workspace of %zu bytes, %zu needed for %d tokens",
-                        workspace_bytes, l.total, m);
+                        "GPU MoE forward: workspace of %zu bytes, %zu needed for %d tokens "
+                        "(kernel '%s')", workspace_bytes, l.total, m, fp4_gpu_kernel_name(kernel));
     cudaStream_t s = (cudaStream_t)stream;
     char *ws = workspace;
     int E = g->n_experts, H = g->hidden, I = g->inter, k = g->topk;
     int32_t *ids = topk_ids ? topk_ids : (int32_t *)(ws + l.ids);
     float *wts = topk_w ? topk_w : (float *)(ws + l.w);
+    if (kernel == FP4_GPU_K_DECODE) return forward_decode(g, x_bf16, m, y, ids, wts, ws, &l, s, e);
     int32_t *tile_expert = (int32_t *)(ws + l.tile_expert);
     int32_t *row_src = (int32_t *)(ws + l.row_src), *row_dst = (int32_t *)(ws + l.row_dst);
     float *row_w = (float *)(ws + l.row_w), *pairs = (float *)(ws + l.pairs);

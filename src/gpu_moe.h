@@ -22,10 +22,12 @@
 typedef enum fp4_gpu_kernel {
     FP4_GPU_K_MMA = 0,  /* portable SM80+: mma.sync m16n8k16 BF16 tiles of 64 tokens, FP4
                            dequantized in registers */
+    FP4_GPU_K_DECODE,   /* portable SM80+: few tokens per expert; weights are the mma M
+                           operand (swap AB), 8-token slots, split K (w4a16_decode.cu) */
     FP4_GPU_K_COUNT
 } fp4_gpu_kernel;
 
-const char *fp4_gpu_kernel_name(fp4_gpu_kernel k); /* "mma", ... */
+const char *fp4_gpu_kernel_name(fp4_gpu_kernel k); /* "mma", "decode" */
 
 /* Number of CUDA devices (0 when none or no driver) and compute capability of device 0. */
 int fp4_gpu_device_count(void);

@@ -1,6 +1,7 @@
 /*
- * test_gpu_moe.c - the GPU W4A16 MoE pipeline (src/gpu_moe.h, kernel FP4_GPU_K_MMA) against
- * the CPU reference fp4_ref_moe_forward on random in-memory layers (DESIGN.md section 6):
+ * test_gpu_moe.c - the GPU W4A16 MoE pipeline (src/gpu_moe.h), every case with both kernels
+ * (FP4_GPU_K_MMA and FP4_GPU_K_DECODE) against one CPU reference fp4_ref_moe_forward on
+ * random in-memory layers (DESIGN.md section 6):
  * random packed e2m1, e4m3 block scales among normal codes, global scales 1e-3..1e-2,
  * x ~ N(0, 1) rounded to bf16 (the reference gets the same bf16 values).
  * Metric: ||y - ref|| / ||ref|| < 1e-2 (bf16 activations and a bf16 intermediate land near
@@ -15,8 +16,11 @@
  * replay gives the same bits; forward_host gives the same bits as the device path.
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 only (for
- * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines (tp8 shape,
- * graph replays of the whole forward, M = 1 .. 16384).
+ * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
+ * tp8 shape, both kernels, top-8 and top-4, with and without the shared expert, M = 1 .. 256,
+ * graph replay of the whole forward, L2 flushed (256 MB memset) before every replay, median.
+ * FP4MOE_GPU_TIMING=profile runs only a short timing pass (top-8, M 1, 8, 64, one replay
+ * each) for a profiler such as ncu.
  */
 #include <math.h>
 #include <stdio.h>
@@ -232,7 +236,29 @@ static void poison(gpu_bufs *b, int m, int h, int k, cudaStream_t s)
     CK(cudaMemsetAsync(b->dw, 0xff, (size_t)m * k * 4, s));
 }
 
-/* One case: GPU forward of m tokens against the reference (on all rows, or sampled). */
+static const fp4_gpu_kernel kernels[] = {FP4_GPU_K_MMA, FP4_GPU_K_DECODE};
+#define N_KERNELS ((int)(sizeof kernels / sizeof kernels[0]))
+
+/* One GPU forward of m tokens (outputs poisoned first); results to the host arrays. */
+static fp4moe_status gpu_run(fp4_gpu_moe *g, fp4_gpu_kernel kern, const uint16_t *xb, int m,
+                             int h, int k, float *y, int32_t *gids, float *gw, cudaStream_t s,
+                             fp4_err *e)
+{
+    size_t nx = (size_t)m * h;
+    gpu_bufs b;
+    bufs_alloc(&b, g, m, h, k);
+    CK(cudaMemcpyAsync(b.dx, xb, nx * 2, cudaMemcpyHostToDevice, s));
+    poison(&b, m, h, k, s);
+    fp4moe_status st = fp4_gpu_moe_forward(g, kern, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, e);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(y, b.dy, nx * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gids, b.dids, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gw, b.dw, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
+    bufs_free(&b);
+    return st;
+}
+
+/* One case: the reference on all rows (or sampled ones), then each kernel against it. */
 static void run_case(const char *shape, const fp4_arch *a, const fp4_moe_weights *w,
                      fp4_gpu_moe *g, int m, int skew, int sampled, cudaStream_t s)
 {
@@ -245,18 +271,6 @@ static void run_case(const char *shape, const fp4_arch *a, const fp4_moe_weights
         xb[i] = fp4moe_bf16_from_float(rng_normal());
         x[i] = fp4moe_bf16_to_float(xb[i]);
     }
-    gpu_bufs b;
-    bufs_alloc(&b, g, m, H, k);
-    CK(cudaMemcpyAsync(b.dx, xb, nx * 2, cudaMemcpyHostToDevice, s));
-    poison(&b, m, H, k, s);
-    fp4_err e;
-    fp4moe_status st = fp4_gpu_moe_forward(g, FP4_GPU_K_MMA, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
-    CK(cudaStreamSynchronize(s));
-    CK(cudaMemcpy(y, b.dy, nx * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(gids, b.dids, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(gw, b.dw, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
-    bufs_free(&b);
-
     char params[256];
     int shk = !w->has_shared ? SH_NONE
               : w->sh_gate.scheme.w == FP4_W_NVFP4 ? SH_NVFP4
@@ -265,14 +279,7 @@ static void run_case(const char *shape, const fp4_arch *a, const fp4_moe_weights
              shape, H, w->n_experts, w->inter, sh_name[shk], w->shared_inter,
              m, k, skew ? "skewed" : "uniform", a->act == FP4_ACT_SILU ? "silu" : "swigluoai",
              a->scoring == FP4_SCORE_SOFTMAX ? "softmax" : "sigmoid");
-    if (st != FP4MOE_OK) {
-        printf("FAIL %s: forward: %s\n", params, e.msg);
-        n_fail++;
-        goto out;
-    }
-    size_t n_nonfinite = 0;
-    for (size_t i = 0; i < nx; i++) n_nonfinite += !isfinite(y[i]);
-
+    fp4_err e;
     /* Rows the reference checks. */
     int nr = sampled && m > 2 * SAMPLE_ROWS ? 2 * SAMPLE_ROWS : m;
     int *rows = malloc(nr * sizeof(int));
@@ -282,49 +289,59 @@ static void run_case(const char *shape, const fp4_arch *a, const fp4_moe_weights
     int32_t *rids = malloc((size_t)nr * k * 4);
     for (int i = 0; i < nr; i++) memcpy(xr + (size_t)i * H, x + (size_t)rows[i] * H, H * 4);
     fp4_ref_opts o = {0, 0};
-    st = fp4_ref_moe_forward(a, w, xr, nr, &o, yr, rids, rw, &e);
+    fp4moe_status st = fp4_ref_moe_forward(a, w, xr, nr, &o, yr, rids, rw, &e);
     if (st != FP4MOE_OK) {
         printf("FAIL %s: reference: %s\n", params, e.msg);
         n_fail++;
-        goto out_ref;
+        goto out;
     }
-    double d2 = 0, r2 = 0;
-    int bad_ids = 0, ties = 0, bad_w = 0;
-    for (int i = 0; i < nr; i++) {
-        const float *yg = y + (size_t)rows[i] * H, *yc = yr + (size_t)i * H;
-        for (int h = 0; h < H; h++) {
-            double d = (double)yg[h] - yc[h];
-            d2 += d * d;
-            r2 += (double)yc[h] * yc[h];
+    for (int ki = 0; ki < N_KERNELS; ki++) {
+        const char *kn = fp4_gpu_kernel_name(kernels[ki]);
+        st = gpu_run(g, kernels[ki], xb, m, H, k, y, gids, gw, s, &e);
+        if (st != FP4MOE_OK) {
+            printf("FAIL %s kernel=%s: forward: %s\n", params, kn, e.msg);
+            n_fail++;
+            continue;
         }
-        for (int j = 0; j < k; j++) {
-            int gi = gids[(size_t)rows[i] * k + j], ri = rids[(size_t)i * k + j];
-            if (gi != ri) {
-                if (gi < 0 || gi >= w->n_experts ||
-                    fabs(sel_score(a, w, xr + (size_t)i * H, gi) -
-                         sel_score(a, w, xr + (size_t)i * H, ri)) > TIE_TOL)
-                    bad_ids++;
-                else
-                    ties++;
-            } else if (!(fabs(gw[(size_t)rows[i] * k + j] - rw[(size_t)i * k + j]) <=
-                         W_TOL * (1.0 + fabs(rw[(size_t)i * k + j])))) {
-                bad_w++;
+        size_t n_nonfinite = 0;
+        for (size_t i = 0; i < nx; i++) n_nonfinite += !isfinite(y[i]);
+        double d2 = 0, r2 = 0;
+        int bad_ids = 0, ties = 0, bad_w = 0;
+        for (int i = 0; i < nr; i++) {
+            const float *yg = y + (size_t)rows[i] * H, *yc = yr + (size_t)i * H;
+            for (int h = 0; h < H; h++) {
+                double d = (double)yg[h] - yc[h];
+                d2 += d * d;
+                r2 += (double)yc[h] * yc[h];
+            }
+            for (int j = 0; j < k; j++) {
+                int gi = gids[(size_t)rows[i] * k + j], ri = rids[(size_t)i * k + j];
+                if (gi != ri) {
+                    if (gi < 0 || gi >= w->n_experts ||
+                        fabs(sel_score(a, w, xr + (size_t)i * H, gi) -
+                             sel_score(a, w, xr + (size_t)i * H, ri)) > TIE_TOL)
+                        bad_ids++;
+                    else
+                        ties++;
+                } else if (!(fabs(gw[(size_t)rows[i] * k + j] - rw[(size_t)i * k + j]) <=
+                             W_TOL * (1.0 + fabs(rw[(size_t)i * k + j])))) {
+                    bad_w++;
+                }
             }
         }
+        double rel = sqrt(d2 / (r2 > 0 ? r2 : 1e-300));
+        int ok = rel < REL_TOL && n_nonfinite == 0 && bad_ids == 0 && bad_w == 0 && r2 > 0;
+        printf("%s %s kernel=%s%s: rel err %.3e, non-finite %zu, id mismatches %d (ties %d), "
+               "weight mismatches %d\n", ok ? "PASS" : "FAIL", params, kn,
+               nr < m ? " (64 sampled rows)" : "", rel, n_nonfinite, bad_ids, ties, bad_w);
+        ok ? n_pass++ : n_fail++;
     }
-    double rel = sqrt(d2 / (r2 > 0 ? r2 : 1e-300));
-    int ok = rel < REL_TOL && n_nonfinite == 0 && bad_ids == 0 && bad_w == 0 && r2 > 0;
-    printf("%s %s%s: rel err %.3e, non-finite %zu, id mismatches %d (ties %d), weight "
-           "mismatches %d\n", ok ? "PASS" : "FAIL", params,
-           nr < m ? " (64 sampled rows)" : "", rel, n_nonfinite, bad_ids, ties, bad_w);
-    ok ? n_pass++ : n_fail++;
-out_ref:
+out:
     free(rows);
     free(xr);
     free(yr);
     free(rw);
     free(rids);
-out:
     free(x);
     free(y);
     free(xb);
@@ -333,9 +350,10 @@ out:
 }
 
 /* Graph capture + replay and forward_host give the same bits as the eager device path. */
-static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_moe *g, int m,
-                           cudaStream_t s)
+static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_moe *g,
+                           fp4_gpu_kernel kern, int m, cudaStream_t s)
 {
+    const char *kn = fp4_gpu_kernel_name(kern);
     int H = w->hidden, k = a->topk;
     size_t nx = (size_t)m * H;
     float *x = malloc(nx * 4), *y0 = malloc(nx * 4), *y1 = malloc(nx * 4), *y2 = malloc(nx * 4);
@@ -351,8 +369,8 @@ static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_
     fp4_err e;
     int ok = 1;
     /* eager, with NULL top-k outputs (workspace copies) */
-    if (fp4_gpu_moe_forward(g, FP4_GPU_K_MMA, b.dx, m, b.dy, NULL, NULL, b.dws, b.wsb, s, &e) != FP4MOE_OK) {
-        printf("FAIL graph M=%d: eager forward: %s\n", m, e.msg);
+    if (fp4_gpu_moe_forward(g, kern, b.dx, m, b.dy, NULL, NULL, b.dws, b.wsb, s, &e) != FP4MOE_OK) {
+        printf("FAIL graph kernel=%s M=%d: eager forward: %s\n", kn, m, e.msg);
         ok = 0;
     }
     CK(cudaStreamSynchronize(s));
@@ -361,10 +379,10 @@ static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    fp4moe_status st = fp4_gpu_moe_forward(g, FP4_GPU_K_MMA, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
+    fp4moe_status st = fp4_gpu_moe_forward(g, kern, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
     CK(cudaStreamEndCapture(s, &graph));
     if (st != FP4MOE_OK) {
-        printf("FAIL graph M=%d: forward under capture: %s\n", m, e.msg);
+        printf("FAIL graph kernel=%s M=%d: forward under capture: %s\n", kn, m, e.msg);
         ok = 0;
     }
     CK(cudaGraphInstantiate(&exec, graph, 0));
@@ -382,16 +400,16 @@ static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_
     size_t nonfinite = 0;
     for (size_t i = 0; i < nx; i++) nonfinite += !isfinite(y0[i]);
     int same1 = !memcmp(y0, y1, nx * 4), same2 = !memcmp(y0, y2, nx * 4);
-    printf("%s graph capture M=%d top-%d: replay equal %d, second replay equal %d, "
-           "non-finite %zu\n", ok && same1 && same2 && !nonfinite ? "PASS" : "FAIL", m, k,
+    printf("%s graph capture kernel=%s M=%d top-%d: replay equal %d, second replay equal %d, "
+           "non-finite %zu\n", ok && same1 && same2 && !nonfinite ? "PASS" : "FAIL", kn, m, k,
            same1, same2, nonfinite);
     ok && same1 && same2 && !nonfinite ? n_pass++ : n_fail++;
     /* forward_host on the same x */
     memset(y1, 0, nx * 4);
-    st = fp4_gpu_moe_forward_host(g, FP4_GPU_K_MMA, x, m, y1, NULL, NULL, &e);
+    st = fp4_gpu_moe_forward_host(g, kern, x, m, y1, NULL, NULL, &e);
     int same = st == FP4MOE_OK && !memcmp(y0, y1, nx * 4);
-    printf("%s forward_host M=%d: equal to the device path %d%s%s\n", same ? "PASS" : "FAIL",
-           m, same, st ? ": " : "", st ? e.msg : "");
+    printf("%s forward_host kernel=%s M=%d: equal to the device path %d%s%s\n",
+           same ? "PASS" : "FAIL", kn, m, same, st ? ": " : "", st ? e.msg : "");
     same ? n_pass++ : n_fail++;
     bufs_free(&b);
     free(x);
@@ -419,53 +437,130 @@ static void run_reject_case(void)
     free_layer(&t);
 }
 
-/* Informational only (no pass/fail): mean time of graph replays of the whole forward. */
-static void time_forward(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_moe *g,
-                         cudaStream_t s)
+/* ---- timing (informational, FP4MOE_GPU_TIMING=1) ------------------------------------- */
+#define FLUSH_BYTES ((size_t)256 << 20) /* > the 60 MB L2 of an H100/H200 */
+#define TIME_REPS 15
+
+static int cmp_double(const void *a, const void *b)
 {
-    static const int ms[] = {1, 8, 64, 512, 4096, 16384};
-    int H = w->hidden, k = a->topk, mmax = 16384;
-    gpu_bufs b;
-    bufs_alloc(&b, g, mmax, H, k);
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median us of graph replays of one forward, the L2 flushed by a memset before each. */
+static double time_median(fp4_gpu_moe *g, fp4_gpu_kernel kern, int m, gpu_bufs *b, void *flush,
+                          cudaEvent_t e0, cudaEvent_t e1, int reps, cudaStream_t s)
+{
+    fp4_err e;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    fp4moe_status st = fp4_gpu_moe_forward(g, kern, b->dx, m, b->dy, b->dids, b->dw, b->dws,
+                                           b->wsb, s, &e);
+    CK(cudaStreamEndCapture(s, &graph));
+    if (st != FP4MOE_OK) {
+        printf("INFO timing kernel=%s M=%d: forward failed: %s\n", fp4_gpu_kernel_name(kern), m,
+               e.msg);
+        CK(cudaGraphDestroy(graph));
+        return -1;
+    }
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    double t[TIME_REPS];
+    for (int r = reps < TIME_REPS ? 0 : -3; r < reps; r++) {
+        CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, s));
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(exec, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 0) t[r] = 1e3 * ms;
+    }
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    qsort(t, reps, sizeof t[0], cmp_double);
+    return t[reps / 2];
+}
+
+/* Both kernels at the tp8 shape (H 6144, E 128, I 384, mxfp8 -> bf16 shared 384), MiniMax
+ * router (uniform), top-8 and top-4, with and without the shared expert. The table at the
+ * end: median us, and GB/s of the weight bytes the forward must read (distinct routed experts
+ * hit, from the ids of the last replay, at 0.5625 B/param; shared expert as bf16). */
+static void run_timing(int profile, cudaStream_t s)
+{
+    static const int ms_all[] = {1, 2, 4, 8, 16, 32, 64, 128, 256}, ms_prof[] = {1, 8, 64};
+    static const int topks[] = {8, 4};
+    enum { NM = sizeof ms_all / sizeof ms_all[0] };
+    const int *ms = profile ? ms_prof : ms_all, n_ms = profile ? 3 : NM;
+    const int n_topk = profile ? 1 : 2, reps = profile ? 1 : TIME_REPS;
+    const int H = 6144, E = 128, I = 384, IS = 384, mmax = 256;
+    double us[2][2][NM][N_KERNELS], gbytes[2][2][NM];
+    test_layer t;
+    make_layer(&t, H, E, I, SH_MXFP8, IS);
     uint16_t *xb = malloc((size_t)mmax * H * 2);
+    int32_t *ids = malloc((size_t)mmax * 8 * 4);
     for (size_t i = 0; i < (size_t)mmax * H; i++) xb[i] = fp4moe_bf16_from_float(rng_normal());
-    CK(cudaMemcpyAsync(b.dx, xb, (size_t)mmax * H * 2, cudaMemcpyHostToDevice, s));
+    void *flush;
+    CK(cudaMalloc(&flush, FLUSH_BYTES));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
-        int m = ms[i], reps = 20;
-        fp4_err e;
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        fp4moe_status st = fp4_gpu_moe_forward(g, FP4_GPU_K_MMA, b.dx, m, b.dy, b.dids, b.dw, b.dws, b.wsb, s, &e);
-        CK(cudaStreamEndCapture(s, &graph));
-        if (st != FP4MOE_OK) {
-            printf("INFO timing M=%d: forward failed: %s\n", m, e.msg);
-            CK(cudaGraphDestroy(graph));
-            continue;
+    memset(us, 0, sizeof us);
+    memset(gbytes, 0, sizeof gbytes);
+    for (int ti = 0; ti < n_topk; ti++)
+        for (int sh = 0; sh < 2; sh++) {
+            fp4_moe_weights w = t.w;
+            w.has_shared = !sh;
+            w.shared_inter = w.has_shared ? IS : 0;
+            fp4_arch a;
+            set_arch(&a, &w, topks[ti], 1, 0, t.w.router_bias);
+            fp4_gpu_moe *g = NULL;
+            fp4_err e;
+            if (fp4_gpu_moe_create(&a, &w, &g, &e) != FP4MOE_OK) {
+                printf("INFO timing: create failed: %s\n", e.msg);
+                continue;
+            }
+            gpu_bufs b;
+            bufs_alloc(&b, g, mmax, H, topks[ti]);
+            CK(cudaMemcpyAsync(b.dx, xb, (size_t)mmax * H * 2, cudaMemcpyHostToDevice, s));
+            for (int mi = 0; mi < n_ms; mi++) {
+                int m = ms[mi], k = topks[ti];
+                for (int ki = 0; ki < N_KERNELS; ki++)
+                    us[ti][sh][mi][ki] =
+                        time_median(g, kernels[ki], m, &b, flush, e0, e1, reps, s);
+                CK(cudaMemcpy(ids, b.dids, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
+                int hit[128] = {0}, n_hit = 0;
+                for (int i = 0; i < m * k; i++)
+                    if (ids[i] >= 0 && ids[i] < E && !hit[ids[i]]++) n_hit++;
+                gbytes[ti][sh][mi] = 1e-9 * (n_hit * 3.0 * I * H * 0.5625 +
+                                             (w.has_shared ? 3.0 * IS * H * 2 : 0));
+                for (int ki = 0; ki < N_KERNELS; ki++)
+                    printf("INFO timing H=%d E=%d I=%d top-%d shared=%s M=%d kernel=%s: %.1f us "
+                           "(median of %d graph replays, L2 flushed), %d experts hit, %.0f GB/s\n",
+                           H, E, I, k, w.has_shared ? "mxfp8/384" : "none", m,
+                           fp4_gpu_kernel_name(kernels[ki]), us[ti][sh][mi][ki], reps, n_hit,
+                           gbytes[ti][sh][mi] / us[ti][sh][mi][ki] * 1e6);
+            }
+            bufs_free(&b);
+            fp4_gpu_moe_destroy(g);
         }
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        for (int r = 0; r < 3; r++) CK(cudaGraphLaunch(exec, s));
-        CK(cudaEventRecord(e0, s));
-        for (int r = 0; r < reps; r++) CK(cudaGraphLaunch(exec, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms_total = 0;
-        CK(cudaEventElapsedTime(&ms_total, e0, e1));
-        double us = 1e3 * ms_total / reps;
-        double flops = 2.0 * m * k * 3.0 * H * w->inter + 2.0 * m * 3.0 * H * w->shared_inter;
-        printf("INFO timing H=%d E=%d I=%d top-%d M=%d: %.1f us per forward (graph replay, "
-               "mean of %d), %.1f TFLOP/s\n", H, w->n_experts, w->inter, k, m, us, reps,
-               flops / us * 1e-6);
-        CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(graph));
-    }
+    printf("INFO table: us per MoE forward (graph replay, L2 cold, median); GB/s of weights read\n");
+    printf("INFO table: %-6s %-6s %5s %10s %10s %8s %9s\n", "top-k", "shared", "M", "mma_us",
+           "decode_us", "mma/dec", "dec_GB/s");
+    for (int ti = 0; ti < n_topk; ti++)
+        for (int sh = 0; sh < 2; sh++)
+            for (int mi = 0; mi < n_ms; mi++) {
+                double m0 = us[ti][sh][mi][0], d0 = us[ti][sh][mi][1];
+                printf("INFO table: %-6d %-6s %5d %10.1f %10.1f %8.2f %9.0f\n", topks[ti],
+                       sh ? "none" : "mxfp8", ms[mi], m0, d0, d0 > 0 ? m0 / d0 : 0,
+                       d0 > 0 ? gbytes[ti][sh][mi] / d0 * 1e6 : 0);
+            }
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
+    CK(cudaFree(flush));
     free(xb);
-    bufs_free(&b);
+    free(ids);
+    free_layer(&t);
 }
 
 typedef struct shape_spec {
@@ -499,9 +594,10 @@ static void run_shape(const shape_spec *sp, cudaStream_t s)
             for (int mi = 0; mi < sp->n_ms; mi++)
                 run_case(sp->name, &a, &t.w, g, sp->ms[mi], skew, sp->sampled, s);
             if (!strcmp(sp->name, "tiny") && ti == sp->n_topks - 1 && skew && oai)
-                run_repro_case(&a, &t.w, g, 200, s);
-            if (!strcmp(sp->name, "tp8-large") && skew && oai && getenv("FP4MOE_GPU_TIMING"))
-                time_forward(&a, &t.w, g, s);
+                for (int ki = 0; ki < N_KERNELS; ki++) {
+                    run_repro_case(&a, &t.w, g, kernels[ki], 200, s);
+                    run_repro_case(&a, &t.w, g, kernels[ki], 3, s);
+                }
             fp4_gpu_moe_destroy(g);
         }
     free_layer(&t);
@@ -532,7 +628,7 @@ int main(void)
         {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k8, 1, 0, 1},
     };
     /* FP4MOE_GPU_TEST_SMALL=1 (for compute-sanitizer): tiny shapes and M <= 64 only. */
-    const char *small = getenv("FP4MOE_GPU_TEST_SMALL");
+    const char *small = getenv("FP4MOE_GPU_TEST_SMALL"), *timing = getenv("FP4MOE_GPU_TIMING");
     if (small && *small && strcmp(small, "0")) {
         static const int ms_s[] = {1, 7, 64};
         const shape_spec sm[] = {
@@ -541,8 +637,11 @@ int main(void)
             {"odd-H", 320, 16, 128, SH_NONE, 0, ms_s, 2, k_odd, 2, 0, 0},
         };
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
+    } else if (timing && !strcmp(timing, "profile")) {
+        run_timing(1, s); /* for a profiler: one replay per point, no correctness cases */
     } else {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i], s);
+        if (timing && *timing && strcmp(timing, "0")) run_timing(0, s);
     }
     run_reject_case();
     CK(cudaStreamDestroy(s));

@@ -1,0 +1,644 @@
+/*
+ * w4a16_decode.cu - the decode-specialised grouped MoE GEMMs (FC1 + activation, FC2) for few
+ * tokens per expert (DESIGN.md sections 2 and 4), portable mma.sync m16n8k16 (sm_80, sm_90a).
+ * Swap AB: 16 weight rows are the M operand, dequantized from NVFP4 (or read as BF16) straight
+ * from global memory into registers; up to 8 tokens of one expert (a "slot") are the N = 8
+ * operand, also loaded straight into registers (they stay in L2). No shared memory on the
+ * main path, so many warps per SM keep many 8- and 16-byte loads in flight.
+ * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
+ * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
+ * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
+ * fragments. K slices are reduced through shared memory in a fixed order (deterministic).
+ * Dequantization (exact): an e2m1 nibble moved to bf16 bits 6..8 (+ sign to bit 15) is the
+ * code value times 2^-126; the e4m3 block scale becomes bf16 times 2^119 (bit move, two
+ * power-of-2 products); their
+ * bf16x2 product (one fma) is w * s * 2^-7, normal, exact; the epilogue multiplies by 2^7
+ * and the fp32 global scale. The virtual K order inside each 32-element half of the
+ * NVFP4 64-group: lane quad t's packed word gives nibble pairs (k, k + 16); the activations
+ * are stored "paired" to match (fp4_dec_pair_pos) by fp4_dec_prep and by the FC1 epilogue.
+ * Also here: the prologue kernels. fp4_dec_prep groups (token, slot) pairs into 8-token slots
+ * and writes the paired x; for M <= 64 fp4_dec_route_prep replaces router + prep with a
+ * logits kernel that reads each router row once and a one-block top-k + grouping kernel.
+ * Limits: K % 64 == 0; gated n % 8 == 0; plain n % 16 == 0; E <= 256. NaN e4m3 scale codes
+ * are not special-cased.
+ */
+#include <cuda_bf16.h>
+
+#include "w4a16_decode.cuh"
+
+#define DEC_THREADS 256
+#define DEC_WARPS 8
+#define PREP_THREADS 512
+#define PREP_MAX_BLOCKS 1024
+
+static __device__ __forceinline__ uint2 ld_stream_u2(const void *ptr)
+{
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
+        : "=r"(v.x), "=r"(v.y)
+        : "l"(ptr));
+    return v;
+}
+
+static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(ptr));
+    return v;
+}
+
+static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0,
+                                                uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* a * b on bf16 pairs (fma with -0 keeps +0), exact for the operands used here. */
+static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+/* Nibbles p and p + 4 of q as a bf16x2 (low half: nibble p), each the e2m1 value * 2^-126. */
+template <int P>
+static __device__ __forceinline__ uint32_t e2m1_pair(uint32_t q)
+{
+    uint32_t a = q << (12 - 4 * P);
+    return (a & 0x80008000u) | ((a >> 6) & 0x01c001c0u);
+}
+
+/* The 4 e4m3 block scales of one row's 64-group (byte j: block j) -> bf16x2 of scale * 2^119
+ * for blocks (0, 1) and (2, 3), exact: moving the code bits into bf16 gives scale * 2^-120
+ * (subnormal codes included), then two exact power-of-2 products. */
+static __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t v, uint32_t &s01,
+                                                        uint32_t &s23)
+{
+    uint32_t e = ((v & 0x007f007fu) << 4) | ((v & 0x00800080u) << 8); /* blocks 0, 2 */
+    uint32_t o = ((v >> 4) & 0x07f007f0u) | (v & 0x80008000u);        /* blocks 1, 3 */
+    e = bf16x2_mul(bf16x2_mul(e, 0x7f007f00u), 0x77807780u);           /* 2^127, 2^112 */
+    o = bf16x2_mul(bf16x2_mul(o, 0x7f007f00u), 0x77807780u);
+    s01 = __byte_perm(e, o, 0x5410);
+    s23 = __byte_perm(e, o, 0x7632);
+}
+
+static __device__ __forceinline__ float act_fn(int act, float limit, float alpha, float g,
+                                               float u)
+{
+    if (act == 0) return g / (1.f + __expf(-g)) * u;
+    if (limit > 0.f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return (u + 1.f) * g / (1.f + __expf(-alpha * g));
+}
+
+template <int WF, int GATED, int KS, int RT>
+__global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
+{
+    constexpr int RW = DEC_WARPS / KS;                     /* row warps */
+    constexpr int U = WF == FP4_DEC_W_NVFP4 && RT == 1 ? 4 : 2; /* 64-groups per load batch */
+    __shared__ float red[KS > 1 ? DEC_WARPS : 1][RT][4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int ks = warp % KS, rw = warp / KS;
+    const int slot = blockIdx.x;
+    int expert = 0;
+    if (p.tile_expert) {
+        expert = p.tile_expert[slot];
+        if (expert < 0) return;
+    } else if (slot * FP4_DEC_TILE_T >= p.a_rows) {
+        return;
+    }
+    const int g = lane >> 2, t = lane & 3, k = p.k, n = p.n;
+
+    /* B column g: token row of a (or none: its lanes load nothing and compute zeros). */
+    const int prow = slot * FP4_DEC_TILE_T + g;
+    int arow = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+    if (!GATED && p.row_dst && p.row_dst[prow] < 0) arow = -1;
+    const bool xok = arow >= 0;
+    const uint16_t *xrow = p.a + (size_t)(xok ? arow : 0) * k;
+
+    const int ngr = k >> 6, gb0 = ngr * ks / KS, gb1 = ngr * (ks + 1) / KS;
+    const int n_tiles = GATED ? n / 8 : n / 16, n_wrows = GATED ? 2 * n : n;
+    const int tile0 = (blockIdx.y * RW + rw) * RT;
+    const uint8_t *wq_lo[RT], *wq_hi[RT], *ws_lo[RT], *ws_hi[RT];
+    const uint16_t *wb_lo[RT], *wb_hi[RT];
+    bool tok[RT];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        int tt = tile0 + r;
+        tok[r] = tt < n_tiles;
+        if (!tok[r]) tt = 0;
+        size_t rlo = (size_t)expert * n_wrows + (GATED ? 8 * tt + g : 16 * tt + g);
+        size_t rhi = (size_t)expert * n_wrows + (GATED ? n + 8 * tt + g : 16 * tt + g + 8);
+        if (WF == FP4_DEC_W_NVFP4) {
+            wq_lo[r] = p.wq + rlo * (k / 2) + 8 * t;
+            wq_hi[r] = p.wq + rhi * (k / 2) + 8 * t;
+            ws_lo[r] = p.ws + rlo * (k / 16);
+            ws_hi[r] = p.ws + rhi * (k / 16);
+        } else {
+            wb_lo[r] = p.wb + rlo * k + 8 * t;
+            wb_hi[r] = p.wb + rhi * k + 8 * t;
+        }
+    }
+
+    float acc[RT][4];
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[r][c] = 0.f;
+
+    for (int gb = gb0; gb < gb1; gb += U) {
+        uint4 xv[U][2];
+        if (WF == FP4_DEC_W_NVFP4) {
+            uint2 wl[U][RT], wh[U][RT];
+            uint32_t sl[U][RT], sh[U][RT];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int gi = gb + u;
+                const bool in = gi < gb1;
+#pragma unroll
+                for (int r = 0; r < RT; r++) {
+                    if (in && tok[r]) {
+                        wl[u][r] = ld_stream_u2(wq_lo[r] + 32 * gi);
+                        wh[u][r] = ld_stream_u2(wq_hi[r] + 32 * gi);
+                        sl[u][r] = __ldg((const unsigned *)(ws_lo[r] + 4 * gi));
+                        sh[u][r] = __ldg((const unsigned *)(ws_hi[r] + 4 * gi));
+                    } else {
+                        wl[u][r] = wh[u][r] = make_uint2(0, 0);
+                        sl[u][r] = sh[u][r] = 0;
+                    }
+                }
+                if (in && xok) {
+                    const uint4 *xp = (const uint4 *)(xrow + 64 * gi + 16 * t);
+                    xv[u][0] = __ldg(xp);
+                    xv[u][1] = __ldg(xp + 1);
+                } else {
+                    xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (gb + u >= gb1) break;
+#pragma unroll
+                for (int r = 0; r < RT; r++) {
+                    uint32_t scl[2], sch[2];
+                    e4m3x4_to_bf16x2(sl[u][r], scl[0], scl[1]);
+                    e4m3x4_to_bf16x2(sh[u][r], sch[0], sch[1]);
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const uint32_t ql = c ? wl[u][r].y : wl[u][r].x;
+                        const uint32_t qh = c ? wh[u][r].y : wh[u][r].x;
+                        uint32_t a[4];
+                        a[0] = bf16x2_mul(e2m1_pair<0>(ql), scl[c]);
+                        a[1] = bf16x2_mul(e2m1_pair<0>(qh), sch[c]);
+                        a[2] = bf16x2_mul(e2m1_pair<1>(ql), scl[c]);
+                        a[3] = bf16x2_mul(e2m1_pair<1>(qh), sch[c]);
+                        mma_bf16(acc[r], a, xv[u][c].x, xv[u][c].y);
+                        a[0] = bf16x2_mul(e2m1_pair<2>(ql), scl[c]);
+                        a[1] = bf16x2_mul(e2m1_pair<2>(qh), sch[c]);
+                        a[2] = bf16x2_mul(e2m1_pair<3>(ql), scl[c]);
+                        a[3] = bf16x2_mul(e2m1_pair<3>(qh), sch[c]);
+                        mma_bf16(acc[r], a, xv[u][c].z, xv[u][c].w);
+                    }
+                }
+            }
+        } else {
+            uint4 wl[U][RT][2], wh[U][RT][2];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int gi = gb + u;
+                const bool in = gi < gb1;
+#pragma unroll
+                for (int r = 0; r < RT; r++)
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        if (in && tok[r]) {
+                            wl[u][r][c] = ld_stream_u4(wb_lo[r] + 64 * gi + 32 * c);
+                            wh[u][r][c] = ld_stream_u4(wb_hi[r] + 64 * gi + 32 * c);
+                        } else {
+                            wl[u][r][c] = wh[u][r][c] = make_uint4(0, 0, 0, 0);
+                        }
+                    }
+#pragma unroll
+                for (int c = 0; c < 2; c++)
+                    xv[u][c] = in && xok ? __ldg((const uint4 *)(xrow + 64 * gi + 32 * c + 8 * t))
+                                         : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (gb + u >= gb1) break;
+#pragma unroll
+                for (int r = 0; r < RT; r++)
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        uint32_t a[4] = {wl[u][r][c].x, wh[u][r][c].x, wl[u][r][c].y,
+                                         wh[u][r][c].y};
+                        mma_bf16(acc[r], a, xv[u][c].x, xv[u][c].y);
+                        uint32_t a2[4] = {wl[u][r][c].z, wh[u][r][c].z, wl[u][r][c].w,
+                                          wh[u][r][c].w};
+                        mma_bf16(acc[r], a2, xv[u][c].z, xv[u][c].w);
+                    }
+            }
+        }
+    }
+
+    if (KS > 1) { /* slice s of row warp rw is warp rw * KS + s: sum slices 0, 1, ... */
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) red[warp][r][c][lane] = acc[r][c];
+        __syncthreads();
+        if (ks != 0) return;
+#pragma unroll
+        for (int s = 1; s < KS; s++)
+#pragma unroll
+            for (int r = 0; r < RT; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[r][c] += red[warp + s][r][c][lane];
+    }
+
+    /* Epilogue. acc[r][c]: weight row g (c < 2) or g + 8 (c >= 2) of tile r, token column
+     * 2t + (c & 1). */
+    const float wscale = WF == FP4_DEC_W_NVFP4 ? 128.f : 1.f; /* undo the 2^-7 */
+    if (GATED) {
+        float gs_g = wscale, gs_u = wscale;
+        if (p.gscale) {
+            gs_g *= p.gscale[2 * expert];
+            gs_u *= p.gscale[2 * expert + 1];
+        }
+        uint16_t *out = (uint16_t *)p.out;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int pr = slot * FP4_DEC_TILE_T + 2 * t + j;
+            const bool ok = p.row_src ? p.row_src[pr] >= 0 : pr < p.out_rows;
+            if (!ok) continue;
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                if (!tok[r]) continue;
+                const int i = 8 * (tile0 + r) + g;
+                const int col = WF == FP4_DEC_W_NVFP4 ? fp4_dec_pair_pos(i) : i;
+                float v = act_fn(p.act, p.limit, p.alpha, acc[r][j] * gs_g, acc[r][2 + j] * gs_u);
+                __nv_bfloat16 b = __float2bfloat16_rn(v);
+                out[(size_t)pr * n + col] = *(uint16_t *)&b;
+            }
+        }
+    } else {
+        const float gs = wscale * (p.gscale ? p.gscale[expert] : 1.f);
+        float *out = (float *)p.out;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int pr = slot * FP4_DEC_TILE_T + 2 * t + j;
+            const int dst = p.row_dst ? p.row_dst[pr] : (pr < p.out_rows ? pr : -1);
+            if (dst < 0) continue;
+            const float f = gs * (p.row_w ? p.row_w[pr] : 1.f);
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                if (!tok[r]) continue;
+                float *o = out + (size_t)dst * n + 16 * (tile0 + r) + g;
+                o[0] = acc[r][j] * f;
+                o[8] = acc[r][2 + j] * f;
+            }
+        }
+    }
+}
+
+/* x [m, h] natural -> xp paired: units (row, 64-group, lane quad t) of 16 elements. */
+static __device__ __forceinline__ void pair_x(const uint16_t *__restrict__ x,
+                                              uint16_t *__restrict__ xp, int m, int h,
+                                              long long first, long long stride)
+{
+    const long long units = (long long)m * (h / 64) * 4;
+    for (long long u = first; u < units; u += stride) {
+        const long long base = (u >> 2) * 64; /* row * h + 64 * group */
+        const int t = (int)(u & 3);
+        const uint32_t *src = (const uint32_t *)(x + base);
+        uint4 *dst = (uint4 *)(xp + base + 16 * t);
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            uint32_t v0 = src[16 * c + t], v1 = src[16 * c + t + 4];
+            uint32_t v2 = src[16 * c + t + 8], v3 = src[16 * c + t + 12];
+            dst[c] = make_uint4(__byte_perm(v0, v2, 0x5410), __byte_perm(v0, v2, 0x7632),
+                                __byte_perm(v1, v3, 0x5410), __byte_perm(v1, v3, 0x7632));
+        }
+    }
+}
+
+/* Grouping of the m*k pairs into 8-token slots by one whole block (the algorithm of
+ * moe_group.cu). ids / w may have been written earlier in the same kernel by this block:
+ * plain loads, no read-only path. */
+static __device__ void group_pairs(const int32_t *ids, const float *w, int n_pairs, int k,
+                                   int n_experts, int n_slots, int32_t *tile_expert,
+                                   int32_t *row_src, int32_t *row_dst, float *row_w)
+{
+    __shared__ int cnt[FP4_DEC_MAX_EXPERTS], seg[FP4_DEC_MAX_EXPERTS];
+    __shared__ int tstart[FP4_DEC_MAX_EXPERTS + 1];
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const long long n_rows = (long long)n_slots * FP4_DEC_TILE_T;
+    for (int e = tid; e < n_experts; e += nt) cnt[e] = 0;
+    __syncthreads();
+    for (int q = tid; q < n_pairs; q += nt) {
+        int e = ids[q];
+        if (e >= 0 && e < n_experts) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int tiles = 0;
+        for (int e = 0; e < n_experts; e++) {
+            tstart[e] = tiles;
+            seg[e] = tiles * FP4_DEC_TILE_T;
+            tiles += (cnt[e] + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T;
+            cnt[e] = 0;
+        }
+        tstart[n_experts] = tiles;
+    }
+    __syncthreads();
+    for (int s = tid; s < n_slots; s += nt) {
+        int e = -1;
+        if (s < tstart[n_experts]) {
+            int lo = 0, hi = n_experts - 1;
+            while (lo < hi) {
+                int mid = (lo + hi + 1) >> 1;
+                if (tstart[mid] <= s) lo = mid; else hi = mid - 1;
+            }
+            e = lo;
+        }
+        tile_expert[s] = e;
+    }
+    for (long long r = tid; r < n_rows; r += nt) {
+        row_src[r] = -1;
+        row_dst[r] = -1;
+        row_w[r] = 0.f;
+    }
+    __syncthreads();
+    for (int q = tid; q < n_pairs; q += nt) {
+        int e = ids[q];
+        if (e < 0 || e >= n_experts) continue;
+        int pos = seg[e] + atomicAdd(&cnt[e], 1);
+        row_src[pos] = q / k;
+        row_dst[pos] = q;
+        row_w[pos] = w[q];
+    }
+}
+
+/* Block 0 groups; blocks 1.. write the paired x. */
+__global__ void __launch_bounds__(PREP_THREADS)
+fp4_dec_prep_kernel(const int32_t *ids, const float *w, int n_pairs, int k, int n_experts,
+                    int n_slots, int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
+                    float *row_w, const uint16_t *__restrict__ x, int m, int h,
+                    uint16_t *__restrict__ xp)
+{
+    if (blockIdx.x > 0) {
+        pair_x(x, xp, m, h, (long long)(blockIdx.x - 1) * PREP_THREADS + threadIdx.x,
+               (long long)(gridDim.x - 1) * PREP_THREADS);
+        return;
+    }
+    group_pairs(ids, w, n_pairs, k, n_experts, n_slots, tile_expert, row_src, row_dst, row_w);
+}
+
+extern "C" cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, int k,
+                                    int n_experts, int n_slots, int32_t *tile_expert,
+                                    int32_t *row_src, int32_t *row_dst, float *row_w,
+                                    const uint16_t *x, int h, uint16_t *xp, cudaStream_t stream)
+{
+    long long pairs = (long long)m * k;
+    if (!ids || !w || !tile_expert || !row_src || !row_dst || !row_w || m < 1 || k < 1 ||
+        n_experts < 1 || n_experts > FP4_DEC_MAX_EXPERTS || pairs > 0x7fffffff ||
+        n_slots != (int)((pairs + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T) + n_experts ||
+        (xp && (!x || h < 64 || h % 64)))
+        return cudaErrorInvalidValue;
+    long long blocks = 1;
+    if (xp) {
+        long long units = (long long)m * (h / 64) * 4;
+        long long nb = (units + PREP_THREADS - 1) / PREP_THREADS;
+        blocks += nb < PREP_MAX_BLOCKS ? nb : PREP_MAX_BLOCKS;
+    }
+    fp4_dec_prep_kernel<<<(unsigned)blocks, PREP_THREADS, 0, stream>>>(
+        ids, w, (int)pairs, k, n_experts, n_slots, tile_expert, row_src, row_dst, row_w, x, m,
+        h, xp);
+    return cudaGetLastError();
+}
+
+/* ---- small-M router: logits by many blocks, then top-k + grouping by one ---------------- */
+#define RL_THREADS 256
+#define RL_TOK 4 /* tokens per pass of the logits kernel (x loads in flight together) */
+
+/* Block (e, token group of 8): logits[t][e] for its tokens, the router row read once into
+ * registers (warp w owns a contiguous H/8 slice); per-warp sums reduced in a fixed order.
+ * All blocks also write the paired x. */
+__global__ void __launch_bounds__(RL_THREADS)
+fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ router, int m,
+                      int h, int n_experts, float *__restrict__ logits,
+                      uint16_t *__restrict__ xp)
+{
+    __shared__ float part[RL_THREADS / 32][FP4_DEC_TILE_T];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int e = blockIdx.x, t0 = blockIdx.y * FP4_DEC_TILE_T;
+    const long long bid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    pair_x(x, xp, m, h, bid * RL_THREADS + tid, (long long)gridDim.x * gridDim.y * RL_THREADS);
+
+    const int n4 = h / 4, i0 = warp * n4 / 8, i1 = (warp + 1) * n4 / 8;
+    const float4 *rr = (const float4 *)(router + (size_t)e * h);
+    float4 rv[FP4_DEC_ROUTE_MAX_H / 1024];
+#pragma unroll
+    for (int j = 0; j < FP4_DEC_ROUTE_MAX_H / 1024; j++) {
+        int i = i0 + lane + 32 * j;
+        rv[j] = i < i1 ? __ldg(rr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    const int nt = m - t0 < FP4_DEC_TILE_T ? m - t0 : FP4_DEC_TILE_T;
+    for (int tb = 0; tb < nt; tb += RL_TOK) {
+        float acc[RL_TOK];
+        uint2 xv[RL_TOK][FP4_DEC_ROUTE_MAX_H / 1024];
+#pragma unroll
+        for (int q = 0; q < RL_TOK; q++) {
+            const uint2 *xx = (const uint2 *)(x + (size_t)(t0 + tb + q) * h);
+#pragma unroll
+            for (int j = 0; j < FP4_DEC_ROUTE_MAX_H / 1024; j++) {
+                int i = i0 + lane + 32 * j;
+                xv[q][j] = tb + q < nt && i < i1 ? __ldg(xx + i) : make_uint2(0, 0);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < RL_TOK; q++) {
+            float a = 0.f;
+#pragma unroll
+            for (int j = 0; j < FP4_DEC_ROUTE_MAX_H / 1024; j++) {
+                a = fmaf(rv[j].x, __uint_as_float(xv[q][j].x << 16), a);
+                a = fmaf(rv[j].y, __uint_as_float(xv[q][j].x & 0xffff0000u), a);
+                a = fmaf(rv[j].z, __uint_as_float(xv[q][j].y << 16), a);
+                a = fmaf(rv[j].w, __uint_as_float(xv[q][j].y & 0xffff0000u), a);
+            }
+            for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            acc[q] = a;
+        }
+        if (lane == 0)
+#pragma unroll
+            for (int q = 0; q < RL_TOK; q++)
+                if (tb + q < nt) part[warp][tb + q] = acc[q];
+    }
+    __syncthreads();
+    if (tid < nt) {
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < RL_THREADS / 32; w++) s += part[w][tid];
+        logits[(size_t)(t0 + tid) * n_experts + e] = s;
+    }
+}
+
+/* a beats b when its score is larger, or equal with a lower id (as moe_route.cu). */
+static __device__ __forceinline__ int route_better(float sa, int ia, float sb, int ib)
+{
+    return sa > sb || (sa == sb && ia < ib);
+}
+
+/* One block: warp per token, scores and top-k exactly as moe_route.cu, then grouping. */
+__global__ void __launch_bounds__(RL_THREADS)
+fp4_dec_topk_group_kernel(const float *__restrict__ logits, const float *__restrict__ bias,
+                          int m, int n_experts, int k, int scoring, int norm_topk,
+                          float scaling, int32_t *ids, float *w, int n_slots,
+                          int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
+                          float *row_w)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int J = FP4_DEC_MAX_EXPERTS / 32;
+    for (int t = warp; t < m; t += RL_THREADS / 32) {
+        float pv[J], sv[J];
+        uint32_t taken = 0;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            int e = lane + 32 * j;
+            pv[j] = e < n_experts ? logits[(size_t)t * n_experts + e] : 0.f;
+        }
+        if (scoring == 0) {
+#pragma unroll
+            for (int j = 0; j < J; j++) pv[j] = 1.f / (1.f + expf(-pv[j]));
+        } else {
+            float mx = -INFINITY, sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < J; j++)
+                if (lane + 32 * j < n_experts) mx = fmaxf(mx, pv[j]);
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+#pragma unroll
+            for (int j = 0; j < J; j++)
+                if (lane + 32 * j < n_experts) {
+                    pv[j] = expf(pv[j] - mx);
+                    sum += pv[j];
+                }
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+            for (int j = 0; j < J; j++) pv[j] /= sum;
+        }
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            int e = lane + 32 * j;
+            sv[j] = pv[j] + (bias && e < n_experts ? bias[e] : 0.f);
+        }
+        float chosen_sum = 0.f;
+        for (int s = 0; s < k; s++) {
+            float bs = -INFINITY, bp = 0.f;
+            int bi = 0x7fffffff;
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                int e = lane + 32 * j;
+                if (e < n_experts && !((taken >> j) & 1) && route_better(sv[j], e, bs, bi)) {
+                    bs = sv[j];
+                    bi = e;
+                    bp = pv[j];
+                }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                float os = __shfl_xor_sync(0xffffffffu, bs, o);
+                int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                float op = __shfl_xor_sync(0xffffffffu, bp, o);
+                if (route_better(os, oi, bs, bi)) {
+                    bs = os;
+                    bi = oi;
+                    bp = op;
+                }
+            }
+            if (bi == 0x7fffffff) bi = 0; /* only when scores are NaN: keep the id in range */
+            if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+            chosen_sum += bp;
+            if (lane == 0) {
+                ids[(size_t)t * k + s] = bi;
+                w[(size_t)t * k + s] = bp;
+            }
+        }
+        __syncwarp();
+        const float f = norm_topk && chosen_sum > 0.f ? scaling / chosen_sum : scaling;
+        for (int s = lane; s < k; s += 32) w[(size_t)t * k + s] *= f;
+    }
+    __syncthreads(); /* ids and w of all tokens written by this block */
+    group_pairs(ids, w, m * k, k, n_experts, n_slots, tile_expert, row_src, row_dst, row_w);
+}
+
+extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router,
+                                          const float *bias, int m, int h, int n_experts,
+                                          int k, int scoring, int norm_topk, float scaling,
+                                          float *logits, int32_t *ids, float *w, int n_slots,
+                                          int32_t *tile_expert, int32_t *row_src,
+                                          int32_t *row_dst, float *row_w, uint16_t *xp,
+                                          cudaStream_t stream)
+{
+    if (!x || !router || !logits || !ids || !w || !tile_expert || !row_src || !row_dst ||
+        !row_w || !xp || m < 1 || m > FP4_DEC_ROUTE_MAX_M || h < 64 || h % 64 ||
+        h > FP4_DEC_ROUTE_MAX_H || n_experts < 1 || n_experts > FP4_DEC_MAX_EXPERTS || k < 1 ||
+        k > n_experts || n_slots != (m * k + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T + n_experts)
+        return cudaErrorInvalidValue;
+    dim3 grid((unsigned)n_experts, (unsigned)((m + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T));
+    fp4_dec_logits_kernel<<<grid, RL_THREADS, 0, stream>>>(x, router, m, h, n_experts, logits, xp);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    fp4_dec_topk_group_kernel<<<1, RL_THREADS, 0, stream>>>(
+        logits, bias, m, n_experts, k, scoring, norm_topk, scaling, ids, w, n_slots,
+        tile_expert, row_src, row_dst, row_w);
+    return cudaGetLastError();
+}
+
+template <int WF, int GATED, int KS, int RT>
+static void launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
+{
+    const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
+    dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
+    fp4_dec_kernel<WF, GATED, KS, RT><<<grid, DEC_THREADS, 0, stream>>>(*p);
+}
+
+template <int WF, int GATED, int RT_MAX>
+static void launch_ks_rt(const fp4_dec_gemm_args *p, int ks8, int rt2, cudaStream_t stream)
+{
+    if (ks8)
+        RT_MAX == 2 && rt2 ? launch<WF, GATED, 8, RT_MAX>(p, stream) : launch<WF, GATED, 8, 1>(p, stream);
+    else
+        RT_MAX == 2 && rt2 ? launch<WF, GATED, 1, RT_MAX>(p, stream) : launch<WF, GATED, 1, 1>(p, stream);
+}
+
+extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t stream)
+{
+    if (!p || !p->a || !p->out || p->k < 64 || p->k % 64 || p->n < 16 ||
+        p->n % (p->gated ? 8 : 16) || p->n_slots < 1 || p->a_rows < 1 ||
+        p->n_slots > 0x7fffffff / FP4_DEC_TILE_T || p->tiles_per_warp < 0 ||
+        p->tiles_per_warp > 2 || (!p->tile_expert && (p->row_src || p->row_dst)))
+        return cudaErrorInvalidValue;
+    if (p->wfmt == FP4_DEC_W_NVFP4 ? (!p->wq || !p->ws) : (p->wfmt != FP4_DEC_W_BF16 || !p->wb))
+        return cudaErrorInvalidValue;
+    /* Long K (FC1: K = H) is split over the 8 warps of a block so that a few slots still
+     * fill the machine; short K (FC2: K = I) runs whole per warp, 8 row warps per block. */
+    const int ks8 = p->k / 64 >= 16;
+    const int rt2 = p->tiles_per_warp == 2;
+    const int n_tiles = p->gated ? p->n / 8 : p->n / 16;
+    if ((n_tiles + 7) / 8 > 65535) return cudaErrorInvalidValue;
+    /* BF16 weights (shared experts only) always take one tile per warp: two spill. */
+    if (p->wfmt == FP4_DEC_W_NVFP4)
+        p->gated ? launch_ks_rt<FP4_DEC_W_NVFP4, 1, 2>(p, ks8, rt2, stream)
+                 : launch_ks_rt<FP4_DEC_W_NVFP4, 0, 2>(p, ks8, rt2, stream);
+    else
+        p->gated ? launch_ks_rt<FP4_DEC_W_BF16, 1, 1>(p, ks8, rt2, stream)
+                 : launch_ks_rt<FP4_DEC_W_BF16, 0, 1>(p, ks8, rt2, stream);
+    return cudaGetLastError();
+}

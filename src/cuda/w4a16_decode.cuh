@@ -1,0 +1,105 @@
+/*
+ * w4a16_decode.cuh - launchers of the decode-specialised MoE kernels (w4a16_decode.cu): few
+ * tokens per expert, weights as the M operand of mma.sync m16n8k16 (swap AB), tokens as the
+ * N = 8 operand. Same device weight layout as the MMA kernel (fp4_mma_permute_row). C-callable.
+ */
+#ifndef FP4MOE_W4A16_DECODE_CUH
+#define FP4MOE_W4A16_DECODE_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FP4_DEC_TILE_T 8 /* tokens per slot: the mma N width and the grouping's padding */
+
+typedef enum fp4_dec_wfmt {
+    FP4_DEC_W_NVFP4 = 0, /* wq [E][rows][K/2] permuted (fp4_mma_permute_row), ws [E][rows][K/16] */
+    FP4_DEC_W_BF16       /* wb [E][rows][K] bf16 */
+} fp4_dec_wfmt;
+
+#ifdef __CUDACC__
+#define FP4_DEC_HD __host__ __device__
+#else
+#define FP4_DEC_HD
+#endif
+
+#define FP4_DEC_MAX_EXPERTS 256
+
+/* Activation layouts. NVFP4 weights read their activations "paired": within each 64-element
+ * group, lane quad t of a warp finds its mma B fragments of both 32-element halves in 32
+ * contiguous bytes (see fp4_dec_pair_pos). BF16 weights read the natural layout. */
+static inline FP4_DEC_HD int fp4_dec_pair_pos(int k)
+{
+    int r = k & 63, c = r >> 5, q = r & 31, i = q & 15, half = q >> 4;
+    int t = (i & 7) >> 1, w = (i & 1) | ((i >> 3) << 1);
+    return (k & ~63) + 2 * (t * 8 + c * 4 + w) + half;
+}
+
+typedef struct fp4_dec_gemm_args {
+    int wfmt;                   /* fp4_dec_wfmt; also the layout of a (and of out, gated) */
+    int gated;                  /* 1: rows [0, n) gate, [n, 2n) up -> act(gate, up) bf16
+                                   [padded rows, n]; 0: fp32 [.., n] */
+    int act;                    /* gated: 0 silu(g) * u, 1 swigluoai */
+    float limit, alpha;         /* swigluoai clamp (0: none) and alpha */
+    int n, k;                   /* output columns, reduction length (k % 64 == 0) */
+    int n_slots;                /* slots to launch (grid x); slots of expert -1 exit */
+    const uint16_t *a;          /* bf16 activations [a_rows, k], layout by wfmt */
+    int a_rows;
+    const int32_t *tile_expert; /* [n_slots] expert per slot, -1 none; NULL: expert 0 and
+                                   slot s covers rows s*8.. of a (identity) */
+    const int32_t *row_src;     /* [n_slots * 8] row of a per padded row (-1 none) or NULL:
+                                   padded row r reads a[r] when r < a_rows */
+    const int32_t *row_dst;     /* plain: [n_slots * 8] output row (-1 skip) or NULL: padded
+                                   row r writes out[r] when r < out_rows */
+    const float *row_w;         /* plain: [n_slots * 8] multiplier or NULL (1) */
+    int out_rows;               /* identity-mapped output bound; gated: rows of out */
+    const uint8_t *wq;          /* NVFP4 packed, permuted */
+    const uint8_t *ws;          /* NVFP4 e4m3 block scales, linear */
+    const uint16_t *wb;         /* BF16 weights */
+    const float *gscale;        /* per expert global scale(s): [E][2] gated, [E] plain; NULL 1 */
+    void *out;                  /* gated: bf16 [padded rows, n] (layout by wfmt); plain: fp32 */
+    int tiles_per_warp;         /* m16 weight tiles per warp sharing one B fragment: 2 (NVFP4
+                                   only; halves activation re-reads), else 1 */
+} fp4_dec_gemm_args;
+
+/* Slots that can hold work for m*k pairs over E experts with 8-token slots: the grid bound. */
+static inline int fp4_dec_active_slots(int m, int k, int n_experts)
+{
+    long long p = (long long)m * k;
+    return (int)((p + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T + (p < n_experts ? p : n_experts));
+}
+
+/* Prologue of a decode forward, one launch: groups the m*k pairs of ids / w by expert into
+ * 8-token slots (same outputs as fp4_moe_group with tile_m = 8, n_slots =
+ * fp4_moe_group_slots(m, k, E, 8)) and, when xp is not NULL, writes x [m, h] (bf16, natural)
+ * into xp [m, h] in the paired layout. */
+cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, int k, int n_experts,
+                         int n_slots, int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
+                         float *row_w, const uint16_t *x, int h, uint16_t *xp,
+                         cudaStream_t stream);
+
+/* Small-M router + prologue, two launches (no per-token pass over the router matrix):
+ * logits [m, E] by E x ceil(m / 8) blocks that each read one router row once (and write xp,
+ * the paired x), then one block: scores and top-k exactly as fp4_moe_route (ties to the
+ * lower id), ids / w [m, k], and the grouping of fp4_dec_prep. logits is fp32 [m, E]
+ * scratch. Needs m <= FP4_DEC_ROUTE_MAX_M, h % 64 == 0, h <= FP4_DEC_ROUTE_MAX_H. */
+#define FP4_DEC_ROUTE_MAX_M 64
+#define FP4_DEC_ROUTE_MAX_H 8192
+cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router, const float *bias,
+                               int m, int h, int n_experts, int k, int scoring, int norm_topk,
+                               float scaling, float *logits, int32_t *ids, float *w,
+                               int n_slots, int32_t *tile_expert, int32_t *row_src,
+                               int32_t *row_dst, float *row_w, uint16_t *xp,
+                               cudaStream_t stream);
+
+/* Checks k % 64, n % 16, pointers; returns cudaErrorInvalidValue when they fail. */
+cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *args, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FP4MOE_W4A16_DECODE_CUH */
