@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One device call: the whole GPU check and benchmark of fp4moe, with logs under $OUT.
-#   bench/run_device.sh BUILD_DIR [quick]
+# The GPU check and benchmark of fp4moe, with logs under $OUT.
+#   bench/run_device.sh BUILD_DIR [STEPS]     STEPS: comma list of tests,scenario,bench,peer
+#                                             (default: all; a 10-minute call fits about
+#                                             tests,scenario,bench, and peer in a second call)
 # BUILD_DIR holds binaries built on the development machine (scripts/build.sh) plus
 # libcjson.so.1 (copied there, since the device image lacks it). Steps:
 #   1. every C test binary and the Python cross-checks (GPU tests run for real here);
@@ -11,7 +13,8 @@
 #   4. the peer (Humming, bench/peer/) on the same shapes, when .peer/ was carried.
 set -uo pipefail
 B="$(cd "$1" && pwd)"
-MODE="${2:-full}"
+STEPS=",${2:-tests,scenario,bench,peer},"
+want() { case "$STEPS" in *",$1,"*) return 0 ;; esac; return 1; }
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-/tmp/fp4moe-out}"
 mkdir -p "$OUT"
@@ -24,6 +27,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 TL="$OUT/tests.log" SC="$OUT/scenario.txt"
 : > "$TL"; : > "$SC"
 
+if want tests; then
 step "C tests"
 for t in "$B"/test_*; do
   [ -x "$t" ] || continue
@@ -34,13 +38,17 @@ for t in "$B"/test_*; do
   echo "$name: $r ($(tail -n 1 /tmp/fp4moe-test.log))"
 done
 
-step "Python cross-checks"
+fi
+if want pytest; then
+step "Python cross-checks (CPU only; CI runs them too)"
 echo "==== pytest tests/py" >> "$TL"
 if python3 -m pytest -q -p no:cacheprovider "$ROOT/tests/py" > /tmp/fp4moe-pytest.log 2>&1; then echo "pytest: PASS";
 else echo "pytest: FAIL"; fails=$((fails+1)); fi
 cat /tmp/fp4moe-pytest.log >> "$TL"
 tail -n 3 /tmp/fp4moe-pytest.log
 
+fi
+if want tests; then
 step "compute-sanitizer memcheck (small cases)"
 if command -v compute-sanitizer >/dev/null; then
   echo "==== compute-sanitizer memcheck" >> "$TL"
@@ -50,13 +58,15 @@ if command -v compute-sanitizer >/dev/null; then
   tail -n 2 /tmp/fp4moe-memcheck.log
 fi
 
+fi
+if want scenario; then
 step "scenario: tp8 rank, per-token FC1, 4 layers"
 M=/tmp/fp4moe-scenario
 rm -rf "$M"
 "$B/fp4moe" gen "$M" --preset minimax-m3.1-flash-tp8 --layers 4 --act-scheme per-token --format minimax-m31 --seed 11
 "$B/fp4moe" inspect "$M" 2>&1 | tee -a "$SC"
 "$B/fp4moe" inspect "$M" --json >> "$SC" 2>/dev/null
-for be in auto w4a16-mma marlin; do
+for be in auto w4a16-sm90 humming w4a16-mma marlin; do
   for m in 1 7 64 1000; do
     "$B/fp4moe" check "$M" --layer 3 --tokens $m --moe-backend $be --seed $m --routing uniform 2>&1 | tee -a "$SC" | grep -E "layer|FAIL" \
       || fails=$((fails+1))
@@ -68,11 +78,13 @@ done
 cat /tmp/fp4moe-check-all.txt >> "$SC"
 tail -n 1 /tmp/fp4moe-check-all.txt
 rm -rf "$M"
-
-if [ "$MODE" != quick ]; then
-  step "fp4moe bench"
-  "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --json "$OUT/bench.json" --reps 30 2> /dev/null \
+fi
+if want bench; then
+  step "fp4moe bench (every kernel; * = the oracle's pick)"
+  "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --all-kernels --json "$OUT/bench.json" --reps 20 2> /dev/null \
     || fails=$((fails+1))
+fi
+if want peer; then
   if [ -d "$ROOT/.peer/humming" ]; then
     step "peer: Humming (bench/peer/humming_moe_bench.py: indexed layout, graph replay, L2 cold)"
     export PYTHONPATH="$ROOT/.peer/pylibs${PYTHONPATH:+:$PYTHONPATH}" PEER_DIR="$ROOT/.peer"
@@ -81,8 +93,8 @@ if [ "$MODE" != quick ]; then
     echo "peer selftest rc=$?"; tail -n 5 "$OUT/humming.txt"
     for spec in "384 8" "384 4" "3072 8"; do
       set -- $spec
-      timeout 200 python3 "$HP" --hidden 6144 --inter "$1" --topk "$2" --tokens 1 8 64 512 4096 16384 \
-        --layouts indexed --no-parts --time-budget 150 --json "$OUT/humming_i$1_k$2.json" >> "$OUT/humming.txt" 2>&1
+      timeout 170 python3 "$HP" --hidden 6144 --inter "$1" --topk "$2" --tokens 1 8 64 512 4096 16384 \
+        --layouts indexed --no-parts --time-budget 110 --json "$OUT/humming_i$1_k$2.json" >> "$OUT/humming.txt" 2>&1
       echo "peer I=$1 top-$2 rc=$?"
     done
     tail -n 40 "$OUT/humming.txt"

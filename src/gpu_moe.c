@@ -28,6 +28,7 @@ const char *fp4_gpu_kernel_name(fp4_gpu_kernel k)
     switch (k) {
     case FP4_GPU_K_MMA: return "mma";
     case FP4_GPU_K_DECODE: return "decode";
+    case FP4_GPU_K_SM90_WGMMA: return "sm90-wgmma";
     case FP4_GPU_K_COUNT: break;
     }
     return "unknown";
@@ -84,6 +85,7 @@ fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, fp4_gpu_kernel kernel, co
 #include "cuda/moe_group.cuh"
 #include "cuda/moe_route.cuh"
 #include "cuda/w4a16_decode.cuh"
+#include "cuda/sm90_w4a16_wgmma.cuh"
 #include "cuda/w4a16_mma_gemm.cuh"
 
 #define FP4_GPU_MAX_HIDDEN 16384
@@ -365,6 +367,10 @@ fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
     cudaError_t err;
     if ((err = fp4_moe_route_init()) != cudaSuccess || (err = fp4_mma_gemm_init()) != cudaSuccess)
         return cuda_fail(e, err, "kernel setup");
+    /* The wgmma kernel exists only on sm_90: its init fails elsewhere, and a forward that asks
+     * for it then reports so (the oracle never asks for it off sm_90). */
+    if (fp4_sm90_wgmma_gemm_init() != cudaSuccess)
+        (void)cudaGetLastError();
 
     fp4_gpu_moe *g = calloc(1, sizeof *g);
     if (!g) return fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE: handle");
@@ -500,9 +506,9 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     if (!g || !x_bf16 || !y || m < 1 || !workspace)
         return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
                         "GPU MoE forward: NULL pointer or m = %d < 1", m);
-    if (kernel != FP4_GPU_K_MMA && kernel != FP4_GPU_K_DECODE)
-        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE forward: kernel '%s' is not built",
-                        fp4_gpu_kernel_name(kernel));
+    if (kernel < 0 || kernel >= FP4_GPU_K_COUNT)
+        return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT, "GPU MoE forward: unknown kernel id %d",
+                        (int)kernel);
     gpu_ws l = ws_layout(g, m, kernel);
     if (workspace_bytes < l.total)
         return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
@@ -539,13 +545,20 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     p.a = x_bf16, p.a_rows = m, p.tile_expert = tile_expert, p.row_src = row_src;
     p.out_rows = l.n_slots * FP4_MMA_TILE_M;
     p.wq = g->w13, p.ws = g->s13, p.gscale = g->g13, p.out = abuf;
-    if ((err = fp4_mma_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "FC1 launch");
+    int wg = kernel == FP4_GPU_K_SM90_WGMMA;
+    if (wg && !fp4_sm90_wgmma_gemm_serves(&p))
+        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
+                        "GPU MoE kernel 'sm90-wgmma' cannot run here (H=%d, I=%d): it needs an "
+                        "sm_90 GPU and K, N multiples of 64", H, I);
+    if ((err = wg ? fp4_sm90_wgmma_gemm(&p, s) : fp4_mma_gemm(&p, s)) != cudaSuccess)
+        return cuda_fail(e, err, "FC1 launch");
     /* FC2: a [padded, I] -> per-pair rows of [M k, H], times global scale and route weight. */
     p.gated = 0, p.n = H, p.k = I;
     p.a = abuf, p.a_rows = l.n_slots * FP4_MMA_TILE_M, p.row_src = NULL;
     p.row_dst = row_dst, p.row_w = row_w;
     p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs;
-    if ((err = fp4_mma_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "FC2 launch");
+    if ((err = wg ? fp4_sm90_wgmma_gemm(&p, s) : fp4_mma_gemm(&p, s)) != cudaSuccess)
+        return cuda_fail(e, err, "FC2 launch");
 
     if (g->has_shared) { /* shared expert: identity rows, output straight into y */
         int is = g->shared_inter, tiles = (m + FP4_MMA_TILE_M - 1) / FP4_MMA_TILE_M;
@@ -555,11 +568,12 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
         p.gated = 1, p.n = is, p.k = H, p.n_tiles_m = tiles;
         p.a = x_bf16, p.a_rows = m, p.out_rows = m, p.out = sh_a;
         p.wq = g->sh_w13, p.ws = g->sh_s13, p.wb = g->sh_b13, p.gscale = g->sh_g13;
-        if ((err = fp4_mma_gemm(&p, s)) != cudaSuccess)
+        int swg = wg && fp4_sm90_wgmma_gemm_serves(&p); /* bf16 shared weights: mma.sync */
+        if ((err = swg ? fp4_sm90_wgmma_gemm(&p, s) : fp4_mma_gemm(&p, s)) != cudaSuccess)
             return cuda_fail(e, err, "shared FC1 launch");
         p.gated = 0, p.n = H, p.k = is, p.a = sh_a, p.out = y;
         p.wq = g->sh_w2, p.ws = g->sh_s2, p.wb = g->sh_b2, p.gscale = g->sh_g2;
-        if ((err = fp4_mma_gemm(&p, s)) != cudaSuccess)
+        if ((err = swg ? fp4_sm90_wgmma_gemm(&p, s) : fp4_mma_gemm(&p, s)) != cudaSuccess)
             return cuda_fail(e, err, "shared FC2 launch");
     }
     err = fp4_moe_combine(pairs, m, k, H, g->has_shared, y, s);

@@ -24,10 +24,13 @@ typedef enum fp4_gpu_kernel {
                            dequantized in registers */
     FP4_GPU_K_DECODE,   /* portable SM80+: few tokens per expert; weights are the mma M
                            operand (swap AB), 8-token slots, split K (w4a16_decode.cu) */
+    FP4_GPU_K_SM90_WGMMA, /* sm_90a only: the MMA pipeline with its routed GEMMs on wgmma,
+                           weights dequantized into A registers (sm90_w4a16_wgmma.cu); a
+                           bf16 shared expert stays on mma.sync */
     FP4_GPU_K_COUNT
 } fp4_gpu_kernel;
 
-const char *fp4_gpu_kernel_name(fp4_gpu_kernel k); /* "mma", "decode" */
+const char *fp4_gpu_kernel_name(fp4_gpu_kernel k); /* "mma", "decode", "sm90-wgmma" */
 
 /* Number of CUDA devices (0 when none or no driver) and compute capability of device 0. */
 int fp4_gpu_device_count(void);

@@ -7,7 +7,13 @@
  *               fp32. On a layer that declares no A4 scheme it runs A16, as declared, and
  *               computes the same numbers as reference ("W4A16-emulated").
  *   w4a16-mma   CUDA SM80+: FP4 weights dequantized in registers, BF16 activations, mma.sync
- *               BF16 tensor cores (the Marlin design, hence the alias "marlin").
+ *               BF16 tensor cores (the Marlin design, hence the alias "marlin"). Kernel by
+ *               size: "decode" (weights as the mma M operand, split K) up to 15 tokens per
+ *               expert, where it measured faster than "mma" (64-token tiles); "mma" above.
+ *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" for few tokens per expert, then
+ *               "sm90-wgmma" (wgmma with the weights dequantized into A registers), the
+ *               design of the upstream engine's SM90 W4A16 MoE backend, hence "humming".
+ * Size bounds are measured (bench/NOTES.md) and live here only.
  */
 #include "oracle.h"
 
@@ -51,13 +57,29 @@ static const fp4_backend backend_w4a16_mma = {
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
     .gpu = 1,
-    .kernels = {{FP4_GPU_K_MMA, 0}},
-    .n_kernels = 1,
+    .kernels = {{FP4_GPU_K_DECODE, 15}, {FP4_GPU_K_MMA, 0}},
+    .n_kernels = 2,
     .load = "expert weights repacked to the kernel's tile layout and uploaded; shared expert to bf16",
 };
 
+static const fp4_backend backend_w4a16_sm90 = {
+    .name = "w4a16-sm90",
+    .aliases = {"humming", NULL},
+    .summary = "CUDA SM90 (sm_90a), FP4 dequantized in registers, decode kernel then wgmma",
+    .cc_min = 90,
+    .cc_max = 90,
+    .weights = FP4_BIT(FP4_W_NVFP4),
+    .a16 = 1,
+    .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
+    .clamps = 1,
+    .gpu = 1,
+    .kernels = {{FP4_GPU_K_DECODE, 4}, {FP4_GPU_K_SM90_WGMMA, 0}},
+    .n_kernels = 2,
+    .load = "the same device layout as w4a16-mma (one copy of the weights serves every kernel)",
+};
+
 static const fp4_backend *const registry[] = {&backend_reference, &backend_emulation,
-                                              &backend_w4a16_mma};
+                                              &backend_w4a16_mma, &backend_w4a16_sm90};
 
 const fp4_backend *const *fp4_backend_registry(int *n)
 {
@@ -68,6 +90,7 @@ const fp4_backend *const *fp4_backend_registry(int *n)
 /* Priority lists: the fastest backend that serves first. On SM90 the W4A16 GPU kernels come
  * before the CPU reference; the emulation is never chosen by "auto" (it is a measuring tool). */
 static const char *const prio_cpu[] = {"reference"};
+static const char *const prio_sm90[] = {"w4a16-sm90", "w4a16-mma", "reference"};
 static const char *const prio_cuda[] = {"w4a16-mma", "reference"};
 
 const char *const *fp4_oracle_priority(const fp4_device *dev, int *n)
@@ -75,6 +98,10 @@ const char *const *fp4_oracle_priority(const fp4_device *dev, int *n)
     if (!dev->cuda) {
         *n = 1;
         return prio_cpu;
+    }
+    if (dev->cc == 90) {
+        *n = 3;
+        return prio_sm90;
     }
     *n = 2;
     return prio_cuda;

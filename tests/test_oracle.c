@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpu_moe.h"
 #include "oracle.h"
 
 #include "check.h"
@@ -47,16 +48,20 @@ typedef struct row {
 } row;
 
 static const row rows[] = {
-    /* The scenario: SM90 + auto + per-token FC1 -> W4A16, per-token dropped. */
-    {"sm90", "auto", FP4_W_NVFP4, FP4_A_NVFP4_PER_TOKEN, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-mma", "W4A16",
+    /* The scenario: SM90 + auto + per-token FC1 -> W4A16 (the SM90 backend first), dropped. */
+    {"sm90", "auto", FP4_W_NVFP4, FP4_A_NVFP4_PER_TOKEN, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-sm90", "W4A16",
      "nvfp4-per-token activation scales (FC1)", NULL},
     /* Each explicit W4A16 backend, and its alias, + per-token -> that backend, dropped. */
     {"sm90", "w4a16-mma", FP4_W_NVFP4, FP4_A_NVFP4_PER_TOKEN, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-mma", "W4A16",
      "nvfp4-per-token activation scales (FC1)", NULL},
     {"sm90", "marlin", FP4_W_NVFP4, FP4_A_NVFP4_PER_TOKEN, FP4_A_NVFP4_PER_TOKEN, 7.0f, 0, FP4MOE_OK, "w4a16-mma",
      "W4A16", "nvfp4-per-token activation scales (FC1, FC2)", NULL},
+    {"sm90", "w4a16-sm90", FP4_W_NVFP4, FP4_A_NVFP4_PER_TOKEN, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-sm90",
+     "W4A16", "nvfp4-per-token activation scales (FC1)", NULL},
+    {"sm90", "humming", FP4_W_NVFP4, FP4_A_NVFP4_PER_TOKEN, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-sm90",
+     "W4A16", "nvfp4-per-token activation scales (FC1)", NULL},
     /* SM90 + auto + static A4 checkpoint -> W4A16, input scales dropped. */
-    {"sm90", "auto", FP4_W_NVFP4, FP4_A_NVFP4_STATIC, FP4_A_NVFP4_STATIC, 7.0f, 0, FP4MOE_OK, "w4a16-mma", "W4A16",
+    {"sm90", "auto", FP4_W_NVFP4, FP4_A_NVFP4_STATIC, FP4_A_NVFP4_STATIC, 7.0f, 0, FP4MOE_OK, "w4a16-sm90", "W4A16",
      "nvfp4-static activation scales (FC1, FC2)", NULL},
     /* SM90 + emulation + per-token -> A4 per-token emulated, nothing dropped. */
     {"sm90", "emulation", FP4_W_NVFP4, FP4_A_NVFP4_PER_TOKEN, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "emulation",
@@ -83,6 +88,10 @@ static const row rows[] = {
      "backend 'w4a16-mma' cannot run layer 3 (nvfp4/none): it needs a CUDA device (sm80-sm129) and the device is cpu"},
     /* SM80 -> the portable W4A16 backend, never an SM90-only one. */
     {"sm80", "auto", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-mma", "W4A16", "", NULL},
+    {"sm80", "w4a16-sm90", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 7.0f, 0, FP4MOE_ERR_NOT_SUPPORTED, NULL, NULL, NULL,
+     "backend 'w4a16-sm90' cannot run layer 3 (nvfp4/none): it runs on sm90-sm90 and the device is sm80"},
+    {"sm100", "humming", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 7.0f, 0, FP4MOE_ERR_NOT_SUPPORTED, NULL, NULL, NULL,
+     "backend 'w4a16-sm90' cannot run layer 3 (nvfp4/none): it runs on sm90-sm90 and the device is sm100"},
     {"sm80", "a4-static", FP4_W_NVFP4, FP4_A_NVFP4_STATIC, FP4_A_NVFP4_STATIC, 7.0f, 1, FP4MOE_ERR_NOT_SUPPORTED,
      NULL, NULL, NULL,
      "backend 'a4-static' cannot run layer 3 (nvfp4/nvfp4-static): it runs on sm90-sm90 and the device is sm80"},
@@ -93,9 +102,11 @@ static const row rows[] = {
     {"sm90", "no-clamp", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 0.0f, 1, FP4MOE_OK, "no-clamp", "W4A16", "", NULL},
     /* Unknown names list the valid ones. */
     {"sm90", "nonsense", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 7.0f, 0, FP4MOE_ERR_INVALID_ARGUMENT, NULL, NULL, NULL,
-     "unknown backend 'nonsense'; valid backends: auto, reference, emulation, w4a16-mma (alias marlin)"},
-    /* Configurations without activation metadata choose what they chose before. */
-    {"sm90", "auto", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-mma", "W4A16", "", NULL},
+     "unknown backend 'nonsense'; valid backends: auto, reference, emulation, w4a16-mma (alias marlin), "
+     "w4a16-sm90 (alias humming)"},
+    /* Configurations without activation metadata choose what they chose before: the fastest
+     * W4A16 backend of the device. */
+    {"sm90", "auto", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-sm90", "W4A16", "", NULL},
     {"sm89", "auto", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 0.0f, 0, FP4MOE_OK, "w4a16-mma", "W4A16", "", NULL},
     {"sm100", "auto", FP4_W_NVFP4, FP4_A_NONE, FP4_A_NONE, 7.0f, 0, FP4MOE_OK, "w4a16-mma", "W4A16", "", NULL},
     /* Experts a GPU backend does not take: auto walks on to the reference; explicit fails. */
@@ -161,6 +172,19 @@ int main(void)
         CHECK(fp4_device_resolve("sm75x", &dev, &e) == FP4MOE_ERR_INVALID_ARGUMENT && strstr(e.msg, "'sm75x'") &&
                   strstr(e.msg, "sm90"),
               "bad --device-arch: %s", e.msg);
+    }
+    /* Selection by size inside the decider: tokens per expert = ceil(M k / E). */
+    {
+        const fp4_backend *sm90 = fp4_backend_lookup(prod, np, "w4a16-sm90");
+        const fp4_backend *mma = fp4_backend_lookup(prod, np, "w4a16-mma");
+        const fp4_backend *ref = fp4_backend_lookup(prod, np, "reference");
+        CHECK(fp4_oracle_kernel(sm90, 1, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=1 top-8: decode");
+        CHECK(fp4_oracle_kernel(sm90, 64, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=64 top-8 (4/expert): decode");
+        CHECK(fp4_oracle_kernel(sm90, 65, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=65 top-8: wgmma");
+        CHECK(fp4_oracle_kernel(sm90, 4096, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=4096: wgmma");
+        CHECK(fp4_oracle_kernel(mma, 240, 8, 128) == FP4_GPU_K_DECODE, "mma M=240 top-8 (15/expert): decode");
+        CHECK(fp4_oracle_kernel(mma, 241, 8, 128) == FP4_GPU_K_MMA, "mma M=241 top-8 (16/expert): mma");
+        CHECK(fp4_oracle_kernel(ref, 1, 8, 128) == -1, "reference has no GPU kernel");
     }
     /* Aliases resolve to the canonical descriptor. */
     CHECK(fp4_backend_lookup(prod, np, "marlin") == fp4_backend_lookup(prod, np, "w4a16-mma"), "alias marlin");

@@ -35,7 +35,8 @@ int cmd_bench(int argc, char **argv)
 #include "oracle.h"
 
 static const char *usage_text =
-    "usage: fp4moe bench [--problems FILE] [--moe-backend NAME] [--reps N] [--json FILE] [--seed S]\n"
+    "usage: fp4moe bench [--problems FILE] [--moe-backend NAME] [--all-kernels] [--reps N] [--json FILE] [--seed S]\n"
+    "--all-kernels: time every kernel of each backend, not only the one the oracle picks (marked *).\n"
     "default problems: bench/problems.txt of the source tree (FP4MOE_SRC, else the current directory).\n";
 
 #define ROTATE 4
@@ -198,6 +199,7 @@ static int load_problems(const char *path, problem **out)
 int cmd_bench(int argc, char **argv)
 {
     const char *problems_path = NULL, *json_path = NULL, *backend = NULL;
+    int all_kernels = 0;
     long reps = 30;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -205,6 +207,8 @@ int cmd_bench(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage_text, stdout);
             return CLI_OK;
+        } else if (!strcmp(a, "--all-kernels")) {
+            all_kernels = 1;
         } else if (!strcmp(a, "--problems")) {
             if (!(problems_path = cli_value("bench", argc, argv, &i)))
                 return CLI_USAGE;
@@ -276,6 +280,7 @@ int cmd_bench(int argc, char **argv)
            "floor_us", "x_floor", "GB/s", "TFLOP/s", "cublas_us", "bound");
     int first_json = 1;
     fp4_moe_random rw = {0};
+    fp4_gpu_moe *g = NULL; /* kept across problems of one layer shape and top-k */
     int have = 0;
     problem cur = {0};
     for (int pi = 0; pi < np; pi++) {
@@ -297,6 +302,7 @@ int cmd_bench(int argc, char **argv)
         for (int j = 0; j < p->experts; j++)
             rw.w.router_bias[j] = (p->skewed && j < 16) ? 1.0f : 0.0f;
         fp4_layer_need need = {0, {FP4_W_NVFP4, FP4_A_NONE}, {FP4_W_NVFP4, FP4_A_NONE}, A.act, A.swiglu_limit};
+        unsigned timed = 0;
         for (int b = 0; b < nreg; b++) {
             if (!reg[b]->gpu)
                 continue;
@@ -307,92 +313,102 @@ int cmd_bench(int argc, char **argv)
                 printf("  %s: SKIP: %s\n", reg[b]->name, reason);
                 continue;
             }
-            fp4_gpu_moe *g = NULL;
-            if (fp4_gpu_moe_create(&A, &rw.w, &g, &e))
-                return cli_error("bench", &e);
-            fp4_gpu_kernel kern = (fp4_gpu_kernel)fp4_oracle_kernel(reg[b], p->m, p->topk, p->experts);
-            size_t wsb = fp4_gpu_moe_workspace_size(g, p->m), xb = (size_t)p->m * p->hidden * 2;
-            void *ws, *x[ROTATE];
-            float *y;
-            int32_t *ids;
-            float *tw;
-            CK(cudaMalloc(&ws, wsb ? wsb : 1));
-            CK(cudaMalloc((void **)&y, (size_t)p->m * p->hidden * 4));
-            CK(cudaMalloc((void **)&ids, (size_t)p->m * p->topk * 4));
-            CK(cudaMalloc((void **)&tw, (size_t)p->m * p->topk * 4));
-            uint16_t *hx = malloc(xb);
-            uint64_t st = seed + (uint64_t)pi;
-            int32_t *hid = malloc((size_t)p->m * p->topk * 4);
-            unsigned char *hit = calloc((size_t)p->experts, 1);
-            cudaGraphExec_t ge[ROTATE];
-            for (int r = 0; r < ROTATE; r++) {
-                for (size_t i = 0; i < (size_t)p->m * p->hidden; i++) {
-                    st = st * 6364136223846793005ull + 1442695040888963407ull;
-                    hx[i] = fp4moe_bf16_from_float(((float)((st >> 40) & 0xffff) / 65536.0f - 0.5f) * 3.4f);
+            fp4_gpu_kernel pick = (fp4_gpu_kernel)fp4_oracle_kernel(reg[b], p->m, p->topk, p->experts);
+            for (int ki = 0; ki < (all_kernels ? reg[b]->n_kernels : 1); ki++) {
+                fp4_gpu_kernel kern = all_kernels ? (fp4_gpu_kernel)reg[b]->kernels[ki].kernel : pick;
+                if (timed & (1u << kern))
+                    continue; /* the same kernel under another backend: one row is enough */
+                timed |= 1u << kern;
+                if (!g && fp4_gpu_moe_create(&A, &rw.w, &g, &e))
+                    return cli_error("bench", &e);
+                size_t wsb = fp4_gpu_moe_workspace_size(g, p->m), xb = (size_t)p->m * p->hidden * 2;
+                void *ws, *x[ROTATE];
+                float *y;
+                int32_t *ids;
+                float *tw;
+                CK(cudaMalloc(&ws, wsb ? wsb : 1));
+                CK(cudaMalloc((void **)&y, (size_t)p->m * p->hidden * 4));
+                CK(cudaMalloc((void **)&ids, (size_t)p->m * p->topk * 4));
+                CK(cudaMalloc((void **)&tw, (size_t)p->m * p->topk * 4));
+                uint16_t *hx = malloc(xb);
+                uint64_t st = seed + (uint64_t)pi;
+                int32_t *hid = malloc((size_t)p->m * p->topk * 4);
+                unsigned char *hit = calloc((size_t)p->experts, 1);
+                cudaGraphExec_t ge[ROTATE];
+                for (int r = 0; r < ROTATE; r++) {
+                    for (size_t i = 0; i < (size_t)p->m * p->hidden; i++) {
+                        st = st * 6364136223846793005ull + 1442695040888963407ull;
+                        hx[i] = fp4moe_bf16_from_float(((float)((st >> 40) & 0xffff) / 65536.0f - 0.5f) * 3.4f);
+                    }
+                    CK(cudaMalloc(&x[r], xb));
+                    CK(cudaMemcpy(x[r], hx, xb, cudaMemcpyHostToDevice));
+                    if (fp4_gpu_moe_forward(g, kern, x[r], p->m, y, ids, tw, ws, wsb, s, &e))
+                        return cli_error("bench", &e);
+                    CK(cudaStreamSynchronize(s));
+                    CK(cudaMemcpy(hid, ids, (size_t)p->m * p->topk * 4, cudaMemcpyDeviceToHost));
+                    for (int i = 0; i < p->m * p->topk; i++)
+                        if (hid[i] >= 0 && hid[i] < p->experts)
+                            hit[hid[i]] = 1;
+                    cudaGraph_t gr;
+                    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                    fp4moe_status fst = fp4_gpu_moe_forward(g, kern, x[r], p->m, y, ids, tw, ws, wsb, s, &e);
+                    CK(cudaStreamEndCapture(s, &gr));
+                    if (fst)
+                        return cli_error("bench", &e);
+                    CK(cudaGraphInstantiate(&ge[r], gr, 0));
+                    cudaGraphDestroy(gr);
                 }
-                CK(cudaMalloc(&x[r], xb));
-                CK(cudaMemcpy(x[r], hx, xb, cudaMemcpyHostToDevice));
-                if (fp4_gpu_moe_forward(g, kern, x[r], p->m, y, ids, tw, ws, wsb, s, &e))
-                    return cli_error("bench", &e);
-                CK(cudaStreamSynchronize(s));
-                CK(cudaMemcpy(hid, ids, (size_t)p->m * p->topk * 4, cudaMemcpyDeviceToHost));
-                for (int i = 0; i < p->m * p->topk; i++)
-                    if (hid[i] >= 0 && hid[i] < p->experts)
-                        hit[hid[i]] = 1;
-                cudaGraph_t gr;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                fp4moe_status fst = fp4_gpu_moe_forward(g, kern, x[r], p->m, y, ids, tw, ws, wsb, s, &e);
-                CK(cudaStreamEndCapture(s, &gr));
-                if (fst)
-                    return cli_error("bench", &e);
-                CK(cudaGraphInstantiate(&ge[r], gr, 0));
-                cudaGraphDestroy(gr);
+                int n_hit = 0;
+                for (int j = 0; j < p->experts; j++)
+                    n_hit += hit[j];
+                /* Over the rotated inputs the union of experts hit is an upper bound of the
+                 * per-call bytes; report per-call bytes from the expected count instead. */
+                double per_expert = 3.0 * p->inter * (double)p->hidden * 0.5625;
+                double expect_hit = p->experts * (1.0 - pow(1.0 - (double)p->topk / p->experts, p->m));
+                if (p->skewed || expect_hit > n_hit)
+                    expect_hit = n_hit;
+                double bytes = expect_hit * per_expert + (double)p->shared * 3.0 * p->hidden * 2.0 +
+                               (double)p->m * p->hidden * (2.0 + 4.0);
+                double flops = 2.0 * p->m * (double)p->topk * 3.0 * p->hidden * p->inter +
+                               2.0 * p->m * 3.0 * (double)p->hidden * p->shared;
+                float us = time_graphs(ge, ROTATE, (int)reps, s);
+                float cb = cublas_us(h, p->m * p->topk, 3 * p->inter, p->hidden, s);
+                double floor_mem = bytes / bw * 1e6, floor_tc = flops / peak * 1e6;
+                double floor_us = floor_mem > floor_tc ? floor_mem : floor_tc;
+                char label[64];
+                snprintf(label, sizeof label, "%d %d %d %d %d %s", p->hidden, p->inter, p->experts, p->topk, p->m,
+                         p->skewed ? "skewed" : "uniform");
+                char bk[48];
+                snprintf(bk, sizeof bk, "%s/%s%s", reg[b]->name, fp4_gpu_kernel_name(kern), kern == pick ? "*" : "");
+                printf("%-32s %-16s %9.1f %9.1f %7.2f %8.0f %7.1f %9.1f %8s\n", label, bk, us, floor_us,
+                       us / floor_us, bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12, cb,
+                       floor_mem > floor_tc ? "memory" : "compute");
+                fflush(stdout);
+                if (jf) {
+                    fprintf(jf, "%s  {\"hidden\": %d, \"inter\": %d, \"experts\": %d, \"topk\": %d, \"m\": %d, \"routing\": \"%s\", \"shared\": %d, \"backend\": \"%s\", \"kernel\": \"%s\", \"oracle_pick\": %s, \"us\": %.2f, \"bytes\": %.0f, \"flops\": %.0f, \"floor_mem_us\": %.2f, \"floor_tc_us\": %.2f, \"x_floor\": %.3f, \"GBps\": %.1f, \"TFLOPs\": %.2f, \"cublas_same_flops_us\": %.2f, \"experts_hit\": %.1f}",
+                            first_json ? "" : ",\n", p->hidden, p->inter, p->experts, p->topk, p->m, p->skewed ? "skewed" : "uniform",
+                            p->shared, reg[b]->name, fp4_gpu_kernel_name(kern), kern == pick ? "true" : "false", us, bytes, flops, floor_mem, floor_tc, us / floor_us,
+                            bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12, cb, expect_hit);
+                    first_json = 0;
+                }
+                for (int r = 0; r < ROTATE; r++) {
+                    cudaGraphExecDestroy(ge[r]);
+                    cudaFree(x[r]);
+                }
+                cudaFree(ws);
+                cudaFree(y);
+                cudaFree(ids);
+                cudaFree(tw);
+                free(hx);
+                free(hid);
+                free(hit);
             }
-            int n_hit = 0;
-            for (int j = 0; j < p->experts; j++)
-                n_hit += hit[j];
-            /* Over the rotated inputs the union of experts hit is an upper bound of the
-             * per-call bytes; report per-call bytes from the expected count instead. */
-            double per_expert = 3.0 * p->inter * (double)p->hidden * 0.5625;
-            double expect_hit = p->experts * (1.0 - pow(1.0 - (double)p->topk / p->experts, p->m));
-            if (p->skewed || expect_hit > n_hit)
-                expect_hit = n_hit;
-            double bytes = expect_hit * per_expert + (double)p->shared * 3.0 * p->hidden * 2.0 +
-                           (double)p->m * p->hidden * (2.0 + 4.0);
-            double flops = 2.0 * p->m * (double)p->topk * 3.0 * p->hidden * p->inter +
-                           2.0 * p->m * 3.0 * (double)p->hidden * p->shared;
-            float us = time_graphs(ge, ROTATE, (int)reps, s);
-            float cb = cublas_us(h, p->m * p->topk, 3 * p->inter, p->hidden, s);
-            double floor_mem = bytes / bw * 1e6, floor_tc = flops / peak * 1e6;
-            double floor_us = floor_mem > floor_tc ? floor_mem : floor_tc;
-            char label[64];
-            snprintf(label, sizeof label, "%d %d %d %d %d %s", p->hidden, p->inter, p->experts, p->topk, p->m,
-                     p->skewed ? "skewed" : "uniform");
-            char bk[48];
-            snprintf(bk, sizeof bk, "%s/%s", reg[b]->name, fp4_gpu_kernel_name(kern));
-            printf("%-32s %-16s %9.1f %9.1f %7.2f %8.0f %7.1f %9.1f %8s\n", label, bk, us, floor_us,
-                   us / floor_us, bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12, cb,
-                   floor_mem > floor_tc ? "memory" : "compute");
-            fflush(stdout);
-            if (jf) {
-                fprintf(jf, "%s  {\"hidden\": %d, \"inter\": %d, \"experts\": %d, \"topk\": %d, \"m\": %d, \"routing\": \"%s\", \"shared\": %d, \"backend\": \"%s\", \"kernel\": \"%s\", \"us\": %.2f, \"bytes\": %.0f, \"flops\": %.0f, \"floor_mem_us\": %.2f, \"floor_tc_us\": %.2f, \"x_floor\": %.3f, \"GBps\": %.1f, \"TFLOPs\": %.2f, \"cublas_same_flops_us\": %.2f, \"experts_hit\": %.1f}",
-                        first_json ? "" : ",\n", p->hidden, p->inter, p->experts, p->topk, p->m, p->skewed ? "skewed" : "uniform",
-                        p->shared, reg[b]->name, fp4_gpu_kernel_name(kern), us, bytes, flops, floor_mem, floor_tc, us / floor_us,
-                        bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12, cb, expect_hit);
-                first_json = 0;
-            }
-            for (int r = 0; r < ROTATE; r++) {
-                cudaGraphExecDestroy(ge[r]);
-                cudaFree(x[r]);
-            }
-            cudaFree(ws);
-            cudaFree(y);
-            cudaFree(ids);
-            cudaFree(tw);
-            free(hx);
-            free(hid);
-            free(hit);
-            fp4_gpu_moe_destroy(g);
+        }
+        if (g && (pi + 1 == np || probs[pi + 1].hidden != p->hidden || probs[pi + 1].inter != p->inter ||
+                  probs[pi + 1].experts != p->experts || probs[pi + 1].topk != p->topk ||
+                  probs[pi + 1].shared != p->shared || probs[pi + 1].skewed != p->skewed)) {
+            fp4_gpu_moe_destroy(g); /* the next problem needs another layer */
+            g = NULL;
         }
     }
     if (jf) {
