@@ -300,25 +300,40 @@ def moe_layers(j):
     return [l for l in j["layers"] if l["kind"] == "moe"]
 
 
+CANON = {"auto": None, "reference": "reference", "emulation": "emulation", "w4a16-mma": "w4a16-mma",
+         "marlin": "w4a16-mma", "w4a16-sm90": "w4a16-sm90", "humming": "w4a16-sm90"}
+
+
+def expected_backend(arch, backend):
+    """(backend chosen, None) or (None, the reason the explicit backend is refused)."""
+    if backend == "auto":
+        return {"sm90": "w4a16-sm90", "sm80": "w4a16-mma", "cpu": "reference"}[arch], None
+    want = CANON[backend]
+    if want in ("w4a16-mma", "w4a16-sm90") and arch == "cpu":
+        return None, "it needs a CUDA device"
+    if want == "w4a16-sm90" and arch != "sm90":
+        return None, f"it runs on sm90-sm90 and the device is {arch}"
+    return want, None
+
+
 @pytest.mark.parametrize("arch", ["sm90", "sm80", "cpu"])
-@pytest.mark.parametrize("backend", ["auto", "reference", "emulation", "w4a16-mma", "marlin"])
+@pytest.mark.parametrize("backend", list(CANON))
 def test_backend_decisions(gen_tiny, arch, backend):
     d = gen_tiny("modelopt", "per-token", SHARD)
     r = run("inspect", d, "--json", "--device-arch", arch, "--moe-backend", backend)
     j = r.json()
     assert j["device"] == arch and j["moe_backend"] == backend
-    gpu = arch != "cpu"
-    want = {"auto": "w4a16-mma" if gpu else "reference", "reference": "reference",
-            "emulation": "emulation", "w4a16-mma": "w4a16-mma", "marlin": "w4a16-mma"}[backend]
-    if want == "w4a16-mma" and not gpu:
+    want, refused = expected_backend(arch, backend)
+    if refused:
+        name = CANON[backend]
         assert r.rc == 1, str(r)
         for l in moe_layers(j):
             assert l["backend"] is None and l["precision"] is None
-            assert l["error"].startswith(f"backend 'w4a16-mma' cannot run layer {l['index']} ("), l
-            assert "it needs a CUDA device" in l["error"], l
+            assert l["error"].startswith(f"backend '{name}' cannot run layer {l['index']} ("), l
+            assert refused in l["error"], l
         assert j["layers"][0]["error"] is None
         t = run("inspect", d, "--device-arch", arch, "--moe-backend", backend)
-        assert t.rc == 1 and "error: backend 'w4a16-mma' cannot run layer 1 (" in t.out, str(t)
+        assert t.rc == 1 and f"error: backend '{name}' cannot run layer 1 (" in t.out, str(t)
         return
     assert r.rc == 0, str(r)
     for l in moe_layers(j):
@@ -326,25 +341,27 @@ def test_backend_decisions(gen_tiny, arch, backend):
         if want == "emulation":
             assert l["precision"] == "W4A4-emulated" and l["dropped"] is None, l
         else:
-            assert l["precision"] == ("W4A16" if want == "w4a16-mma" else "reference"), l
+            assert l["precision"] == ("reference" if want == "reference" else "W4A16"), l
             assert "nvfp4-per-token" in l["dropped"], l
+        if want == "w4a16-sm90":
+            assert l["kernels"].startswith("decode up to") and l["kernels"].endswith("sm90-wgmma"), l
 
 
 @pytest.mark.parametrize("act", ACTS)
 def test_sm90_auto_drops_once_per_group(gen_tiny, act):
     d = gen_tiny("minimax-m31", act, SHARD)
     r = run("inspect", d, "--device-arch", "sm90", check=0)
-    assert re.search(r"backend w4a16-mma, precision W4A16", r.out), r.out
+    assert re.search(r"backend w4a16-sm90, precision W4A16", r.out), r.out
     dropped = [l for l in r.err.splitlines() if "dropped" in l]
     if act == "none":
         assert dropped == [], r.err
         return
     scheme = ACT_KEY[act][0]
     assert len(dropped) == 1, r.err  # layers 1-3 are one group
-    assert "layers 1-3" in dropped[0] and "w4a16-mma" in dropped[0] and scheme in dropped[0], dropped
+    assert "layers 1-3" in dropped[0] and "w4a16-sm90" in dropped[0] and scheme in dropped[0], dropped
     j = run("inspect", d, "--json", "--device-arch", "sm90", check=0).json()
     for l in moe_layers(j):
-        assert (l["backend"], l["precision"]) == ("w4a16-mma", "W4A16") and scheme in l["dropped"]
+        assert (l["backend"], l["precision"]) == ("w4a16-sm90", "W4A16") and scheme in l["dropped"]
 
 
 def test_emulation_without_a4_declaration(gen_tiny):
@@ -358,7 +375,7 @@ def test_unknown_backend_and_arch(gen_tiny):
     d = gen_tiny("modelopt", "per-token", SHARD)
     r = run("inspect", d, "--moe-backend", "nonsense")
     assert r.rc == 2 and "nonsense" in r.err, str(r)
-    for name in ("auto", "reference", "emulation", "w4a16-mma", "marlin"):
+    for name in ("auto", "reference", "emulation", "w4a16-mma", "marlin", "w4a16-sm90", "humming"):
         assert name in r.err, str(r)
     r = run("inspect", d, "--device-arch", "sm70")
     assert r.rc == 2 and "sm70" in r.err and "sm90" in r.err, str(r)
