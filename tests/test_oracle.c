@@ -179,11 +179,11 @@ int main(void)
         const fp4_backend *mma = fp4_backend_lookup(prod, np, "w4a16-mma");
         const fp4_backend *ref = fp4_backend_lookup(prod, np, "reference");
         CHECK(fp4_oracle_kernel(sm90, 1, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=1 top-8: decode");
-        CHECK(fp4_oracle_kernel(sm90, 64, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=64 top-8 (4/expert): decode");
-        CHECK(fp4_oracle_kernel(sm90, 65, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=65 top-8: wgmma");
+        CHECK(fp4_oracle_kernel(sm90, 128, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=128 top-8 (8/expert): decode");
+        CHECK(fp4_oracle_kernel(sm90, 129, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=129 top-8 (9/expert): wgmma");
         CHECK(fp4_oracle_kernel(sm90, 4096, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=4096: wgmma");
-        CHECK(fp4_oracle_kernel(mma, 240, 8, 128) == FP4_GPU_K_DECODE, "mma M=240 top-8 (15/expert): decode");
-        CHECK(fp4_oracle_kernel(mma, 241, 8, 128) == FP4_GPU_K_MMA, "mma M=241 top-8 (16/expert): mma");
+        CHECK(fp4_oracle_kernel(mma, 256, 8, 128) == FP4_GPU_K_DECODE, "mma M=256 top-8 (16/expert): decode");
+        CHECK(fp4_oracle_kernel(mma, 257, 8, 128) == FP4_GPU_K_MMA, "mma M=257 top-8 (17/expert): mma");
         CHECK(fp4_oracle_kernel(ref, 1, 8, 128) == -1, "reference has no GPU kernel");
     }
     /* Aliases resolve to the canonical descriptor. */
