@@ -1,10 +1,11 @@
 /*
  * w4a16_decode.cu - the decode-specialised grouped MoE GEMMs (FC1 + activation, FC2) for few
  * tokens per expert (DESIGN.md sections 2 and 4), portable mma.sync m16n8k16 (sm_80, sm_90a).
- * Swap AB: 16 weight rows are the M operand, dequantized from NVFP4 (or read as BF16) straight
- * from global memory into registers; up to 8 tokens of one expert (a "slot") are the N = 8
- * operand, also loaded straight into registers (they stay in L2). No shared memory on the
- * main path, so many warps per SM keep many 8- and 16-byte loads in flight.
+ * Swap AB: 16 weight rows are the M operand, dequantized from NVFP4 (or read as BF16) into
+ * registers; up to 8 tokens of one expert (a "slot") are the N = 8 operand, loaded straight
+ * into registers (they stay in L2). NVFP4 weights and scales stream through a per-warp
+ * cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB of 16-byte copies
+ * in flight while it computes; BF16 weights (shared experts) use register batches.
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
@@ -18,7 +19,9 @@
  * are stored "paired" to match (fp4_dec_pair_pos) by fp4_dec_prep and by the FC1 epilogue.
  * Also here: the prologue kernels. fp4_dec_prep groups (token, slot) pairs into 8-token slots
  * and writes the paired x; for M <= 64 fp4_dec_route_prep replaces router + prep with a
- * logits kernel that reads each router row once and a one-block top-k + grouping kernel.
+ * logits kernel that reads each router row once and a one-block top-k + grouping kernel
+ * (warp per token, warp-reduction picks, token masks per expert, parallel prefix; rows of
+ * an expert in token order, deterministic).
  * Limits: K % 64 == 0; gated n % 8 == 0; plain n % 16 == 0; E <= 256. NaN e4m3 scale codes
  * are not special-cased.
  */
@@ -31,15 +34,6 @@
 #define PREP_THREADS 512
 #define PREP_MAX_BLOCKS 1024
 
-static __device__ __forceinline__ uint2 ld_stream_u2(const void *ptr)
-{
-    uint2 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n"
-        : "=r"(v.x), "=r"(v.y)
-        : "l"(ptr));
-    return v;
-}
-
 static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
 {
     uint4 v;
@@ -47,6 +41,34 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(ptr));
     return v;
+}
+
+/* cp.async into shared memory (sm_80+); a false ok copies nothing and writes zeros. */
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n"
+                 :
+                 : "r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :
+                 : "r"(dst), "l"(src), "r"(ok ? 4 : 0)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+static __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0,
@@ -99,12 +121,24 @@ static __device__ __forceinline__ float act_fn(int act, float limit, float alpha
     return (u + 1.f) * g / (1.f + __expf(-alpha * g));
 }
 
+/* NVFP4 main loop, per warp: a ring of RING groups in shared memory filled by cp.async
+ * (16-byte weight copies, 4-byte scale copies; RING - 1 groups in flight while one computes),
+ * activations loaded into registers one group ahead (they hit L2). Ring stage of a group:
+ * RR = 16 RT weight rows of 32 bytes (row rr = 16 r + 8 h + g: tile r, h 0 lo / 1 hi, row g)
+ * and their RR scale words. The warp reads only what it copied: __syncwarp orders the
+ * copies of one lane before the reads of another and the reads before the next refill. */
+#define DEC_RING_GROUPS 8 /* ring depth in 64-groups at RT 1 (RT 2: half, same bytes) */
+
 template <int WF, int GATED, int KS, int RT>
 __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr int RW = DEC_WARPS / KS;                     /* row warps */
-    constexpr int U = WF == FP4_DEC_W_NVFP4 && RT == 1 ? 4 : 2; /* 64-groups per load batch */
+    constexpr bool NV = WF == FP4_DEC_W_NVFP4;
+    constexpr int U = 2;                                   /* BF16: 64-groups per load batch */
+    constexpr int RING = NV ? DEC_RING_GROUPS / RT : 1, RR = 16 * RT;
     __shared__ float red[KS > 1 ? DEC_WARPS : 1][RT][4][32];
+    __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
+    __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ks = warp % KS, rw = warp / KS;
     const int slot = blockIdx.x;
@@ -127,89 +161,104 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     const int ngr = k >> 6, gb0 = ngr * ks / KS, gb1 = ngr * (ks + 1) / KS;
     const int n_tiles = GATED ? n / 8 : n / 16, n_wrows = GATED ? 2 * n : n;
     const int tile0 = (blockIdx.y * RW + rw) * RT;
-    const uint8_t *wq_lo[RT], *wq_hi[RT], *ws_lo[RT], *ws_hi[RT];
-    const uint16_t *wb_lo[RT], *wb_hi[RT];
-    bool tok[RT];
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-        int tt = tile0 + r;
-        tok[r] = tt < n_tiles;
-        if (!tok[r]) tt = 0;
-        size_t rlo = (size_t)expert * n_wrows + (GATED ? 8 * tt + g : 16 * tt + g);
-        size_t rhi = (size_t)expert * n_wrows + (GATED ? n + 8 * tt + g : 16 * tt + g + 8);
-        if (WF == FP4_DEC_W_NVFP4) {
-            wq_lo[r] = p.wq + rlo * (k / 2) + 8 * t;
-            wq_hi[r] = p.wq + rhi * (k / 2) + 8 * t;
-            ws_lo[r] = p.ws + rlo * (k / 16);
-            ws_hi[r] = p.ws + rhi * (k / 16);
-        } else {
-            wb_lo[r] = p.wb + rlo * k + 8 * t;
-            wb_hi[r] = p.wb + rhi * k + 8 * t;
-        }
-    }
-
+    /* Weight row of tile r, half h (0: rows g, 1: rows g + 8 / the up rows), row gg. */
+    auto wrow = [&](int r, int h, int gg) -> size_t {
+        int tt = tile0 + r < n_tiles ? tile0 + r : 0;
+        return (size_t)expert * n_wrows +
+               (GATED ? (size_t)h * n + 8 * tt + gg : (size_t)16 * tt + 8 * h + gg);
+    };
+    bool tok[RT]; /* tile r exists (else its rows read as zeros, nothing written) */
     float acc[RT][4];
 #pragma unroll
-    for (int r = 0; r < RT; r++)
+    for (int r = 0; r < RT; r++) {
+        tok[r] = tile0 + r < n_tiles;
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[r][c] = 0.f;
+    }
 
-    for (int gb = gb0; gb < gb1; gb += U) {
-        uint4 xv[U][2];
-        if (WF == FP4_DEC_W_NVFP4) {
-            uint2 wl[U][RT], wh[U][RT];
-            uint32_t sl[U][RT], sh[U][RT];
+    if constexpr (NV) {
+        /* copy roles: weight chunk lane + 32 j is row 16 j + lane / 2, bytes 16 (lane & 1);
+         * scale word lane (lane < RR) is row lane */
+        const uint8_t *cw[RT];
+        bool cw_ok[RT];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int gi = gb + u;
-                const bool in = gi < gb1;
+        for (int j = 0; j < RT; j++) {
+            cw[j] = p.wq + wrow(j, lane >> 4, (lane >> 1) & 7) * (k / 2) + 16 * (lane & 1);
+            cw_ok[j] = tok[j];
+        }
+        const int sr = lane & (RR - 1);
+        const uint8_t *cs = p.ws + wrow(sr >> 4, (sr >> 3) & 1, sr & 7) * (k / 16);
+        const bool cs_ok = lane < RR && tile0 + (sr >> 4) < n_tiles;
+        const uint32_t wdst = (uint32_t)__cvta_generic_to_shared(&wring[warp][0][lane >> 1][4 * (lane & 1)]);
+        const uint32_t sdst = (uint32_t)__cvta_generic_to_shared(&sring[warp][0][sr]);
+        constexpr uint32_t WSTAGE = RR * 32, SSTAGE = RR * 4; /* bytes per ring stage */
+        const int ng = gb1 - gb0;
+        auto issue = [&](int i) { /* copy group gb0 + i into stage i % RING, one commit */
+            if (i < ng) {
+                const int gi = gb0 + i, st = i & (RING - 1);
 #pragma unroll
-                for (int r = 0; r < RT; r++) {
-                    if (in && tok[r]) {
-                        wl[u][r] = ld_stream_u2(wq_lo[r] + 32 * gi);
-                        wh[u][r] = ld_stream_u2(wq_hi[r] + 32 * gi);
-                        sl[u][r] = __ldg((const unsigned *)(ws_lo[r] + 4 * gi));
-                        sh[u][r] = __ldg((const unsigned *)(ws_hi[r] + 4 * gi));
-                    } else {
-                        wl[u][r] = wh[u][r] = make_uint2(0, 0);
-                        sl[u][r] = sh[u][r] = 0;
-                    }
-                }
-                if (in && xok) {
-                    const uint4 *xp = (const uint4 *)(xrow + 64 * gi + 16 * t);
-                    xv[u][0] = __ldg(xp);
-                    xv[u][1] = __ldg(xp + 1);
-                } else {
-                    xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
+                for (int j = 0; j < RT; j++)
+                    cp_async16(wdst + st * WSTAGE + j * 512, cw[j] + 32 * gi, cw_ok[j]);
+                if (lane < RR) cp_async4(sdst + st * SSTAGE, cs + 4 * gi, cs_ok);
+            }
+            cp_async_commit();
+        };
+        auto load_x = [&](int gi, uint4 *xv) {
+            if (xok && gi < gb1) {
+                const uint4 *xp = (const uint4 *)(xrow + 64 * gi + 16 * t);
+                xv[0] = __ldg(xp);
+                xv[1] = __ldg(xp + 1);
+            } else {
+                xv[0] = xv[1] = make_uint4(0, 0, 0, 0);
+            }
+        };
+#pragma unroll
+        for (int i = 0; i < RING - 1; i++) issue(i);
+        uint4 xv[2];
+        load_x(gb0, xv);
+        for (int i = 0; i < ng; i++) {
+            cp_async_wait<RING - 2>(); /* this lane's copies of group i landed */
+            __syncwarp();              /* ... and every lane's; stage (i - 1) % RING read */
+            issue(i + RING - 1);
+            uint4 xn[2];
+            load_x(gb0 + i + 1, xn);
+            const int st = i & (RING - 1);
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                const uint2 wl = *(const uint2 *)&wring[warp][st][16 * r + g][2 * t];
+                const uint2 wh = *(const uint2 *)&wring[warp][st][16 * r + 8 + g][2 * t];
+                uint32_t scl[2], sch[2];
+                e4m3x4_to_bf16x2(sring[warp][st][16 * r + g], scl[0], scl[1]);
+                e4m3x4_to_bf16x2(sring[warp][st][16 * r + 8 + g], sch[0], sch[1]);
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const uint32_t ql = c ? wl.y : wl.x;
+                    const uint32_t qh = c ? wh.y : wh.x;
+                    uint32_t a[4];
+                    a[0] = bf16x2_mul(e2m1_pair<0>(ql), scl[c]);
+                    a[1] = bf16x2_mul(e2m1_pair<0>(qh), sch[c]);
+                    a[2] = bf16x2_mul(e2m1_pair<1>(ql), scl[c]);
+                    a[3] = bf16x2_mul(e2m1_pair<1>(qh), sch[c]);
+                    mma_bf16(acc[r], a, xv[c].x, xv[c].y);
+                    a[0] = bf16x2_mul(e2m1_pair<2>(ql), scl[c]);
+                    a[1] = bf16x2_mul(e2m1_pair<2>(qh), sch[c]);
+                    a[2] = bf16x2_mul(e2m1_pair<3>(ql), scl[c]);
+                    a[3] = bf16x2_mul(e2m1_pair<3>(qh), sch[c]);
+                    mma_bf16(acc[r], a, xv[c].z, xv[c].w);
                 }
             }
+            xv[0] = xn[0];
+            xv[1] = xn[1];
+        }
+    } else {
+        const uint16_t *wb_lo[RT], *wb_hi[RT];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (gb + u >= gb1) break;
-#pragma unroll
-                for (int r = 0; r < RT; r++) {
-                    uint32_t scl[2], sch[2];
-                    e4m3x4_to_bf16x2(sl[u][r], scl[0], scl[1]);
-                    e4m3x4_to_bf16x2(sh[u][r], sch[0], sch[1]);
-#pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        const uint32_t ql = c ? wl[u][r].y : wl[u][r].x;
-                        const uint32_t qh = c ? wh[u][r].y : wh[u][r].x;
-                        uint32_t a[4];
-                        a[0] = bf16x2_mul(e2m1_pair<0>(ql), scl[c]);
-                        a[1] = bf16x2_mul(e2m1_pair<0>(qh), sch[c]);
-                        a[2] = bf16x2_mul(e2m1_pair<1>(ql), scl[c]);
-                        a[3] = bf16x2_mul(e2m1_pair<1>(qh), sch[c]);
-                        mma_bf16(acc[r], a, xv[u][c].x, xv[u][c].y);
-                        a[0] = bf16x2_mul(e2m1_pair<2>(ql), scl[c]);
-                        a[1] = bf16x2_mul(e2m1_pair<2>(qh), sch[c]);
-                        a[2] = bf16x2_mul(e2m1_pair<3>(ql), scl[c]);
-                        a[3] = bf16x2_mul(e2m1_pair<3>(qh), sch[c]);
-                        mma_bf16(acc[r], a, xv[u][c].z, xv[u][c].w);
-                    }
-                }
-            }
-        } else {
+        for (int r = 0; r < RT; r++) {
+            wb_lo[r] = p.wb + wrow(r, 0, g) * k + 8 * t;
+            wb_hi[r] = p.wb + wrow(r, 1, g) * k + 8 * t;
+        }
+        for (int gb = gb0; gb < gb1; gb += U) {
+            uint4 xv[U][2];
             uint4 wl[U][RT][2], wh[U][RT][2];
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -330,35 +379,36 @@ static __device__ __forceinline__ void pair_x(const uint16_t *__restrict__ x,
     }
 }
 
-/* Grouping of the m*k pairs into 8-token slots by one whole block (the algorithm of
- * moe_group.cu). ids / w may have been written earlier in the same kernel by this block:
- * plain loads, no read-only path. */
-static __device__ void group_pairs(const int32_t *ids, const float *w, int n_pairs, int k,
-                                   int n_experts, int n_slots, int32_t *tile_expert,
-                                   int32_t *row_src, int32_t *row_dst, float *row_w)
+/* Exclusive prefix over experts of their slot counts (v: thread e's count, e < n_experts)
+ * into tstart[0..n_experts] by warp scans; blockDim.x >= FP4_DEC_MAX_EXPERTS, all threads. */
+static __device__ void scan_tiles(int v, int n_experts, int *tstart)
 {
-    __shared__ int cnt[FP4_DEC_MAX_EXPERTS], seg[FP4_DEC_MAX_EXPERTS];
-    __shared__ int tstart[FP4_DEC_MAX_EXPERTS + 1];
-    const int tid = threadIdx.x, nt = blockDim.x;
-    const long long n_rows = (long long)n_slots * FP4_DEC_TILE_T;
-    for (int e = tid; e < n_experts; e += nt) cnt[e] = 0;
-    __syncthreads();
-    for (int q = tid; q < n_pairs; q += nt) {
-        int e = ids[q];
-        if (e >= 0 && e < n_experts) atomicAdd(&cnt[e], 1);
-    }
-    __syncthreads();
-    if (tid == 0) {
-        int tiles = 0;
-        for (int e = 0; e < n_experts; e++) {
-            tstart[e] = tiles;
-            seg[e] = tiles * FP4_DEC_TILE_T;
-            tiles += (cnt[e] + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T;
-            cnt[e] = 0;
+    __shared__ int wsum[FP4_DEC_MAX_EXPERTS / 32];
+    const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+    int incl = v;
+    if (tid < FP4_DEC_MAX_EXPERTS) {
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += y;
         }
-        tstart[n_experts] = tiles;
+        if (lane == 31) wsum[wid] = incl;
     }
     __syncthreads();
+    if (tid < n_experts) {
+        int off = 0;
+        for (int i = 0; i < wid; i++) off += wsum[i];
+        tstart[tid] = off + incl - v;
+        if (tid == n_experts - 1) tstart[n_experts] = off + incl;
+    }
+    __syncthreads();
+}
+
+/* Slot table (expert per slot, -1 past the last used slot) and every padded row emptied. */
+static __device__ void fill_slots(int n_experts, int n_slots, const int *tstart,
+                                  int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
+                                  float *row_w)
+{
+    const int tid = threadIdx.x, nt = blockDim.x;
     for (int s = tid; s < n_slots; s += nt) {
         int e = -1;
         if (s < tstart[n_experts]) {
@@ -371,16 +421,39 @@ static __device__ void group_pairs(const int32_t *ids, const float *w, int n_pai
         }
         tile_expert[s] = e;
     }
+    const long long n_rows = (long long)n_slots * FP4_DEC_TILE_T;
     for (long long r = tid; r < n_rows; r += nt) {
         row_src[r] = -1;
         row_dst[r] = -1;
         row_w[r] = 0.f;
     }
+}
+
+/* Grouping of the m*k pairs into 8-token slots by one whole block (the algorithm of
+ * moe_group.cu: any ids, order inside an expert's segment by shared-memory atomics).
+ * ids / w may have been written earlier in the same kernel by this block: plain loads. */
+static __device__ void group_pairs(const int32_t *ids, const float *w, int n_pairs, int k,
+                                   int n_experts, int n_slots, int32_t *tile_expert,
+                                   int32_t *row_src, int32_t *row_dst, float *row_w)
+{
+    __shared__ int cnt[FP4_DEC_MAX_EXPERTS], tstart[FP4_DEC_MAX_EXPERTS + 1];
+    const int tid = threadIdx.x, nt = blockDim.x;
+    for (int e = tid; e < n_experts; e += nt) cnt[e] = 0;
+    __syncthreads();
+    for (int q = tid; q < n_pairs; q += nt) {
+        int e = ids[q];
+        if (e >= 0 && e < n_experts) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    int v = tid < n_experts ? (cnt[tid] + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T : 0;
+    scan_tiles(v, n_experts, tstart);
+    for (int e = tid; e < n_experts; e += nt) cnt[e] = 0; /* now the scatter cursor */
+    fill_slots(n_experts, n_slots, tstart, tile_expert, row_src, row_dst, row_w);
     __syncthreads();
     for (int q = tid; q < n_pairs; q += nt) {
         int e = ids[q];
         if (e < 0 || e >= n_experts) continue;
-        int pos = seg[e] + atomicAdd(&cnt[e], 1);
+        int pos = tstart[e] * FP4_DEC_TILE_T + atomicAdd(&cnt[e], 1);
         row_src[pos] = q / k;
         row_dst[pos] = q;
         row_w[pos] = w[q];
@@ -491,25 +564,39 @@ fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ 
     }
 }
 
-/* a beats b when its score is larger, or equal with a lower id (as moe_route.cu). */
-static __device__ __forceinline__ int route_better(float sa, int ia, float sb, int ib)
+#define TG_THREADS 1024 /* the top-k + grouping block: one warp per token */
+static_assert(FP4_DEC_ROUTE_MAX_M <= 64, "token masks per expert are 64-bit");
+
+/* Selection key of a routing score: larger score -> larger key, -0 == +0, NaN below every
+ * number (key 1), 0 = no candidate. Max key then min id is moe_route.cu's order (larger
+ * score, ties to the lower id) wherever scores are not NaN. */
+static __device__ __forceinline__ uint32_t score_key(float s)
 {
-    return sa > sb || (sa == sb && ia < ib);
+    if (s != s) return 1u;
+    uint32_t u = __float_as_uint(__fadd_rn(s, 0.f)); /* -0 -> +0 */
+    return u & 0x80000000u ? ~u : u | 0x80000000u;    /* -inf -> 0x007fffff */
 }
 
-/* One block: warp per token, scores and top-k exactly as moe_route.cu, then grouping. */
-__global__ void __launch_bounds__(RL_THREADS)
+/* One block of TG_THREADS: warp per token, scores and top-k as moe_route.cu (each pick: the
+ * lane's best candidate, then two warp reductions, max key and min id), ids / w [m, k];
+ * the tokens that chose each expert as a 64-bit mask; then the grouping of fp4_dec_prep,
+ * with a pair's place inside its expert's segment = its rank in token order (deterministic). */
+__global__ void __launch_bounds__(TG_THREADS)
 fp4_dec_topk_group_kernel(const float *__restrict__ logits, const float *__restrict__ bias,
                           int m, int n_experts, int k, int scoring, int norm_topk,
                           float scaling, int32_t *ids, float *w, int n_slots,
                           int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
                           float *row_w)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __shared__ unsigned long long tmask[FP4_DEC_MAX_EXPERTS]; /* bit t: token t chose e */
+    __shared__ int tstart[FP4_DEC_MAX_EXPERTS + 1];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int J = FP4_DEC_MAX_EXPERTS / 32;
-    for (int t = warp; t < m; t += RL_THREADS / 32) {
-        float pv[J], sv[J];
-        uint32_t taken = 0;
+    for (int e = tid; e < n_experts; e += TG_THREADS) tmask[e] = 0ull;
+    __syncthreads();
+    for (int t = warp; t < m; t += TG_THREADS / 32) {
+        float pv[J];
+        uint32_t key[J];
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int e = lane + 32 * j;
@@ -537,45 +624,51 @@ fp4_dec_topk_group_kernel(const float *__restrict__ logits, const float *__restr
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int e = lane + 32 * j;
-            sv[j] = pv[j] + (bias && e < n_experts ? bias[e] : 0.f);
+            key[j] = e < n_experts ? score_key(pv[j] + (bias ? bias[e] : 0.f)) : 0u;
         }
         float chosen_sum = 0.f;
+        uint32_t taken = 0; /* bit j: expert lane + 32 j chosen */
         for (int s = 0; s < k; s++) {
-            float bs = -INFINITY, bp = 0.f;
-            int bi = 0x7fffffff;
+            uint32_t bk = 0;
+            int bj = 0;
+            float bp = 0.f;
 #pragma unroll
-            for (int j = 0; j < J; j++) {
-                int e = lane + 32 * j;
-                if (e < n_experts && !((taken >> j) & 1) && route_better(sv[j], e, bs, bi)) {
-                    bs = sv[j];
-                    bi = e;
+            for (int j = 0; j < J; j++) /* strict: the lower id of equal keys in this lane */
+                if (!((taken >> j) & 1u) && key[j] > bk) {
+                    bk = key[j];
+                    bj = j;
                     bp = pv[j];
                 }
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                float os = __shfl_xor_sync(0xffffffffu, bs, o);
-                int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                float op = __shfl_xor_sync(0xffffffffu, bp, o);
-                if (route_better(os, oi, bs, bi)) {
-                    bs = os;
-                    bi = oi;
-                    bp = op;
-                }
-            }
-            if (bi == 0x7fffffff) bi = 0; /* only when scores are NaN: keep the id in range */
-            if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-            chosen_sum += bp;
-            if (lane == 0) {
-                ids[(size_t)t * k + s] = bi;
+            const uint32_t mk = __reduce_max_sync(0xffffffffu, bk);
+            const uint32_t bi = __reduce_min_sync(0xffffffffu, bk == mk ? (uint32_t)(lane + 32 * bj)
+                                                                        : 0xffffffffu);
+            bp = __shfl_sync(0xffffffffu, bp, (int)(bi & 31));
+            if ((int)(bi & 31) == lane) {
+                taken |= 1u << (bi >> 5);
+                ids[(size_t)t * k + s] = (int32_t)bi;
                 w[(size_t)t * k + s] = bp;
+                atomicOr(&tmask[bi], 1ull << t);
             }
+            chosen_sum += bp;
         }
         __syncwarp();
         const float f = norm_topk && chosen_sum > 0.f ? scaling / chosen_sum : scaling;
         for (int s = lane; s < k; s += 32) w[(size_t)t * k + s] *= f;
     }
-    __syncthreads(); /* ids and w of all tokens written by this block */
-    group_pairs(ids, w, m * k, k, n_experts, n_slots, tile_expert, row_src, row_dst, row_w);
+    __syncthreads(); /* ids, w and the masks of all tokens are written by this block */
+    scan_tiles(tid < n_experts ? (__popcll(tmask[tid]) + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T
+                               : 0,
+               n_experts, tstart);
+    fill_slots(n_experts, n_slots, tstart, tile_expert, row_src, row_dst, row_w);
+    __syncthreads(); /* row fills before the scatter */
+    const int n_pairs = m * k;
+    for (int q = tid; q < n_pairs; q += TG_THREADS) {
+        const int e = ids[q], t = q / k;
+        const int pos = tstart[e] * FP4_DEC_TILE_T + __popcll(tmask[e] & ((1ull << t) - 1ull));
+        row_src[pos] = t;
+        row_dst[pos] = q;
+        row_w[pos] = w[q];
+    }
 }
 
 extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router,
@@ -595,7 +688,7 @@ extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router
     fp4_dec_logits_kernel<<<grid, RL_THREADS, 0, stream>>>(x, router, m, h, n_experts, logits, xp);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    fp4_dec_topk_group_kernel<<<1, RL_THREADS, 0, stream>>>(
+    fp4_dec_topk_group_kernel<<<1, TG_THREADS, 0, stream>>>(
         logits, bias, m, n_experts, k, scoring, norm_topk, scaling, ids, w, n_slots,
         tile_expert, row_src, row_dst, row_w);
     return cudaGetLastError();
@@ -626,6 +719,9 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
         p->tiles_per_warp > 2 || (!p->tile_expert && (p->row_src || p->row_dst)))
         return cudaErrorInvalidValue;
     if (p->wfmt == FP4_DEC_W_NVFP4 ? (!p->wq || !p->ws) : (p->wfmt != FP4_DEC_W_BF16 || !p->wb))
+        return cudaErrorInvalidValue;
+    /* the cp.async ring copies 16-byte weight chunks and 4-byte scale words */
+    if (p->wfmt == FP4_DEC_W_NVFP4 && (((uintptr_t)p->wq & 15) || ((uintptr_t)p->ws & 3)))
         return cudaErrorInvalidValue;
     /* Long K (FC1: K = H) is split over the 8 warps of a block so that a few slots still
      * fill the machine; short K (FC2: K = I) runs whole per warp, 8 row warps per block. */

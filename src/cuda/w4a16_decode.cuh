@@ -85,7 +85,8 @@ cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, int k, int n
 /* Small-M router + prologue, two launches (no per-token pass over the router matrix):
  * logits [m, E] by E x ceil(m / 8) blocks that each read one router row once (and write xp,
  * the paired x), then one block: scores and top-k exactly as fp4_moe_route (ties to the
- * lower id), ids / w [m, k], and the grouping of fp4_dec_prep. logits is fp32 [m, E]
+ * lower id), ids / w [m, k], and the grouping of fp4_dec_prep (the rows of one expert in
+ * token order, deterministic). logits is fp32 [m, E]
  * scratch. Needs m <= FP4_DEC_ROUTE_MAX_M, h % 64 == 0, h <= FP4_DEC_ROUTE_MAX_H. */
 #define FP4_DEC_ROUTE_MAX_M 64
 #define FP4_DEC_ROUTE_MAX_H 8192
@@ -96,7 +97,8 @@ cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router, const flo
                                int32_t *row_dst, float *row_w, uint16_t *xp,
                                cudaStream_t stream);
 
-/* Checks k % 64, n % 16, pointers; returns cudaErrorInvalidValue when they fail. */
+/* Checks k % 64, n % 16, pointers (NVFP4: wq 16-byte, ws 4-byte aligned); returns
+ * cudaErrorInvalidValue when they fail. */
 cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *args, cudaStream_t stream);
 
 #ifdef __cplusplus
