@@ -106,6 +106,7 @@ struct fp4_gpu_moe {
 typedef struct gpu_ws {
     int n_slots, tile_t;
     size_t ids, w, tile_expert, row_src, row_dst, row_w, a, pairs, sh_a, xp, logits, total;
+    size_t logits_bytes; /* also the route / group scratch */
 } gpu_ws;
 
 static fp4moe_status cuda_fail(fp4_err *e, cudaError_t err, const char *what)
@@ -161,7 +162,13 @@ static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
     TAKE(pairs, pairs * g->hidden * 4);
     TAKE(sh_a, g->has_shared ? (size_t)m * g->shared_inter * 2 : 0);
     TAKE(xp, dec ? (size_t)m * g->hidden * 2 : 0);
-    TAKE(logits, dec ? (size_t)m * g->n_experts * 4 : 0);
+    /* logits: the decode router's [M, E], else route / group scratch (used one after the
+     * other, so they share it) */
+    size_t rs = fp4_moe_route_scratch_bytes(m, g->n_experts);
+    size_t gs = fp4_moe_group_scratch_bytes(m, g->topk, g->n_experts);
+    size_t ls = dec ? (size_t)m * g->n_experts * 4 : 0;
+    l.logits_bytes = ls > rs ? (ls > gs ? ls : gs) : (rs > gs ? rs : gs);
+    TAKE(logits, l.logits_bytes);
 #undef TAKE
     l.total = off;
     return l;
@@ -450,7 +457,7 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     } else {
         err = fp4_moe_route(x_bf16, g->router, g->bias, m, H, E, k,
                             a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling,
-                            ids, wts, s);
+                            ws + l->logits, l->logits_bytes, ids, wts, s);
         if (err != cudaSuccess) return cuda_fail(e, err, "route launch");
         err = fp4_dec_prep(ids, wts, m, k, E, l->n_slots, tile_expert, row_src, row_dst,
                            row_w, x_bf16, H, xp, s);
@@ -529,11 +536,11 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     cudaError_t err;
 
     err = fp4_moe_route(x_bf16, g->router, g->bias, m, H, E, k,
-                        a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling, ids,
-                        wts, s);
+                        a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling,
+                        ws + l.logits, l.logits_bytes, ids, wts, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "route launch");
-    err = fp4_moe_group(ids, wts, m, k, E, FP4_MMA_TILE_M, l.n_slots, tile_expert, row_src,
-                        row_dst, row_w, s);
+    err = fp4_moe_group(ids, wts, m, k, E, FP4_MMA_TILE_M, l.n_slots, ws + l.logits,
+                        l.logits_bytes, tile_expert, row_src, row_dst, row_w, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "group launch");
 
     fp4_mma_gemm_args p;

@@ -2,84 +2,211 @@
  * moe_group.cu - groups the M*k (token, slot) pairs of the router by expert for the grouped
  * GEMMs: counts, prefix sum of per-expert segments padded to the GEMM's M-tile, tile table,
  * scatter of token / pair / weight into the padded row space.
- * One block of 1024 threads does all of it (no inter-block dependency, one launch, graph
- * capturable); integer shared-memory atomics only. Enough for decode and for prefill up to a
- * few hundred thousand pairs; a multi-block version is later work.
+ * Three launches, grids fixed by m*k (graph capturable, no host sync), integer shared-memory
+ * atomics only for counts, so every table is the same on every run:
+ *   count:   block b counts its chunk of GROUP_PB pairs per expert -> counts[b][E];
+ *   prefix:  one block scans counts over b per expert (in place: counts[b][e] becomes the
+ *            first row of chunk b's pairs of expert e), the padded segments over e, writes
+ *            the tile table and the padding rows;
+ *   scatter: block b ranks its pairs per expert in pair order (per-warp counts, a prefix
+ *            over the 8 warps, then __match_any_sync per 32 pairs) and writes its rows.
+ * Inside an expert's segment rows are in ascending pair index p = t*k + slot.
+ * Limits: E <= 256 (FP4_GROUP_MAX_EXPERTS); ids outside [0, E) are skipped.
  */
 #include "moe_group.cuh"
 
-#define GROUP_THREADS 1024
+#define GROUP_THREADS 256
+#define GROUP_WARPS (GROUP_THREADS / 32)
+#define GROUP_PB (GROUP_THREADS * 8) /* pairs per count / scatter block */
+#define GROUP_PREFIX_THREADS 1024
+#define GROUP_PREFIX_PARTS (GROUP_PREFIX_THREADS / FP4_GROUP_MAX_EXPERTS)
+
+static long long group_blocks(long long n_pairs) { return (n_pairs + GROUP_PB - 1) / GROUP_PB; }
+
+extern "C" size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts)
+{
+    if (m < 1 || k < 1 || n_experts < 1) return 0;
+    return (size_t)group_blocks((long long)m * k) * (size_t)n_experts * sizeof(int32_t);
+}
 
 __global__ void __launch_bounds__(GROUP_THREADS)
-fp4_moe_group_kernel(const int32_t *__restrict__ ids, const float *__restrict__ w, int n_pairs,
-                     int k, int n_experts, int tile_m, int n_slots,
-                     int32_t *__restrict__ tile_expert, int32_t *__restrict__ row_src,
-                     int32_t *__restrict__ row_dst, float *__restrict__ row_w)
+fp4_group_count_kernel(const int32_t *__restrict__ ids, long long n_pairs, int n_experts,
+                       int32_t *__restrict__ counts)
 {
-    extern __shared__ int sm[];
-    int *cnt = sm;                     /* [E] pairs per expert, then the scatter cursor */
-    int *seg = sm + n_experts;         /* [E] first padded row of each segment */
-    int *tstart = sm + 2 * n_experts;  /* [E + 1] first tile slot of each expert */
+    __shared__ int cnt[FP4_GROUP_MAX_EXPERTS];
     const int tid = threadIdx.x;
-    const long long n_rows = (long long)n_slots * tile_m;
-
+    const long long p0 = (long long)blockIdx.x * GROUP_PB;
     for (int e = tid; e < n_experts; e += GROUP_THREADS) cnt[e] = 0;
     __syncthreads();
-    for (int p = tid; p < n_pairs; p += GROUP_THREADS) {
-        int e = ids[p];
+    for (int i = tid; i < GROUP_PB; i += GROUP_THREADS) {
+        const long long p = p0 + i;
+        if (p >= n_pairs) break;
+        const int e = ids[p];
         if (e >= 0 && e < n_experts) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
-    if (tid == 0) {
-        int tiles = 0;
-        for (int e = 0; e < n_experts; e++) {
-            tstart[e] = tiles;
-            seg[e] = tiles * tile_m;
-            tiles += (cnt[e] + tile_m - 1) / tile_m;
-            cnt[e] = 0;
-        }
-        tstart[n_experts] = tiles;
+    for (int e = tid; e < n_experts; e += GROUP_THREADS)
+        counts[(size_t)blockIdx.x * n_experts + e] = cnt[e];
+}
+
+/* One block. Thread (e = tid % 256, r = tid / 256) scans the chunk range of part r. */
+__global__ void __launch_bounds__(GROUP_PREFIX_THREADS)
+fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_experts, int tile_m,
+                        int n_slots, int32_t *__restrict__ tile_expert,
+                        int32_t *__restrict__ row_src, int32_t *__restrict__ row_dst,
+                        float *__restrict__ row_w)
+{
+    __shared__ int part[GROUP_PREFIX_PARTS][FP4_GROUP_MAX_EXPERTS];
+    __shared__ int tot[FP4_GROUP_MAX_EXPERTS];
+    __shared__ int tstart[FP4_GROUP_MAX_EXPERTS + 1];
+    const int tid = threadIdx.x, e = tid % FP4_GROUP_MAX_EXPERTS, r = tid / FP4_GROUP_MAX_EXPERTS;
+    const int b0 = (int)((long long)n_blocks * r / GROUP_PREFIX_PARTS);
+    const int b1 = (int)((long long)n_blocks * (r + 1) / GROUP_PREFIX_PARTS);
+
+    if (e < n_experts) {
+        int s = 0;
+        for (int b = b0; b < b1; b++) s += counts[(size_t)b * n_experts + e];
+        part[r][e] = s;
     }
     __syncthreads();
-    for (int s = tid; s < n_slots; s += GROUP_THREADS) {
-        int e = -1;
-        if (s < tstart[n_experts]) { /* last expert whose first slot is <= s */
+    if (tid < 32) { /* exclusive scan of tiles over experts: lane owns 8 consecutive ids */
+        const int lane = tid, per = FP4_GROUP_MAX_EXPERTS / 32;
+        int nt[FP4_GROUP_MAX_EXPERTS / 32], run = 0;
+#pragma unroll
+        for (int i = 0; i < per; i++) {
+            const int ee = lane * per + i;
+            int c = 0;
+            if (ee < n_experts)
+                for (int rr = 0; rr < GROUP_PREFIX_PARTS; rr++) c += part[rr][ee];
+            if (ee < n_experts) tot[ee] = c;
+            nt[i] = (c + tile_m - 1) / tile_m;
+            run += nt[i];
+        }
+        int incl = run;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += v;
+        }
+        int start = incl - run;
+#pragma unroll
+        for (int i = 0; i < per; i++) {
+            const int ee = lane * per + i;
+            if (ee < n_experts) tstart[ee] = start;
+            start += nt[i];
+        }
+        if (lane == 31) tstart[n_experts] = incl;
+    }
+    __syncthreads();
+    if (e < n_experts) { /* counts -> first row of each chunk's pairs of expert e */
+        int base = tstart[e] * tile_m;
+        for (int rr = 0; rr < r; rr++) base += part[rr][e];
+        for (int b = b0; b < b1; b++) {
+            const size_t i = (size_t)b * n_experts + e;
+            const int c = counts[i];
+            counts[i] = base;
+            base += c;
+        }
+    }
+    const int used = tstart[n_experts];
+    for (int s = tid; s < n_slots; s += GROUP_PREFIX_THREADS) {
+        int ex = -1;
+        if (s < used) { /* last expert whose first slot is <= s */
             int lo = 0, hi = n_experts - 1;
             while (lo < hi) {
-                int mid = (lo + hi + 1) >> 1;
+                const int mid = (lo + hi + 1) >> 1;
                 if (tstart[mid] <= s) lo = mid; else hi = mid - 1;
             }
-            e = lo;
+            ex = lo;
         }
-        tile_expert[s] = e;
+        tile_expert[s] = ex;
     }
-    for (long long r = tid; r < n_rows; r += GROUP_THREADS) {
-        row_src[r] = -1;
-        row_dst[r] = -1;
-        row_w[r] = 0.f;
+    /* padding: each segment's tail, then every row past the last used slot */
+    for (int i = tid; i < n_experts * tile_m; i += GROUP_PREFIX_THREADS) {
+        const int ex = i / tile_m, o = tot[ex] + i % tile_m;
+        if (o < (tstart[ex + 1] - tstart[ex]) * tile_m) {
+            const long long row = (long long)tstart[ex] * tile_m + o;
+            row_src[row] = -1;
+            row_dst[row] = -1;
+            row_w[row] = 0.f;
+        }
     }
-    __syncthreads(); /* orders the fills above before the scatter below (same block) */
-    for (int p = tid; p < n_pairs; p += GROUP_THREADS) {
-        int e = ids[p];
-        if (e < 0 || e >= n_experts) continue;
-        int pos = seg[e] + atomicAdd(&cnt[e], 1);
-        row_src[pos] = p / k;
-        row_dst[pos] = p;
-        row_w[pos] = w[p];
+    for (long long row = (long long)used * tile_m + tid; row < (long long)n_slots * tile_m;
+         row += GROUP_PREFIX_THREADS) {
+        row_src[row] = -1;
+        row_dst[row] = -1;
+        row_w[row] = 0.f;
+    }
+}
+
+__global__ void __launch_bounds__(GROUP_THREADS)
+fp4_group_scatter_kernel(const int32_t *__restrict__ ids, const float *__restrict__ w,
+                         long long n_pairs, int k, int n_experts,
+                         const int32_t *__restrict__ offsets, int32_t *__restrict__ row_src,
+                         int32_t *__restrict__ row_dst, float *__restrict__ row_w)
+{
+    __shared__ int wcnt[GROUP_WARPS][FP4_GROUP_MAX_EXPERTS]; /* counts, then next row */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long p0 = (long long)blockIdx.x * GROUP_PB + (long long)warp * (GROUP_PB / GROUP_WARPS);
+    for (int i = tid; i < GROUP_WARPS * FP4_GROUP_MAX_EXPERTS; i += GROUP_THREADS)
+        (&wcnt[0][0])[i] = 0;
+    __syncthreads();
+    for (int c = 0; c < GROUP_PB / GROUP_WARPS; c += 32) {
+        const long long p = p0 + c + lane;
+        const int e = p < n_pairs ? ids[p] : -1;
+        if (e >= 0 && e < n_experts) atomicAdd(&wcnt[warp][e], 1);
+    }
+    __syncthreads();
+    for (int e = tid; e < n_experts; e += GROUP_THREADS) {
+        int base = offsets[(size_t)blockIdx.x * n_experts + e];
+        for (int wi = 0; wi < GROUP_WARPS; wi++) {
+            const int c = wcnt[wi][e];
+            wcnt[wi][e] = base;
+            base += c;
+        }
+    }
+    __syncthreads();
+    const unsigned lt = (1u << lane) - 1u;
+    for (int c = 0; c < GROUP_PB / GROUP_WARPS; c += 32) {
+        const long long p = p0 + c + lane;
+        int e = p < n_pairs ? ids[p] : -1;
+        const bool ok = e >= 0 && e < n_experts;
+        if (!ok) e = -1;
+        const unsigned same = __match_any_sync(0xffffffffu, e);
+        if (ok) {
+            const int pos = wcnt[warp][e] + __popc(same & lt);
+            row_src[pos] = (int32_t)(p / k);
+            row_dst[pos] = (int32_t)p;
+            row_w[pos] = w[p];
+        }
+        __syncwarp();
+        if (ok && (same & lt) == 0) wcnt[warp][e] += __popc(same);
+        __syncwarp();
     }
 }
 
 extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k,
-                                     int n_experts, int tile_m, int n_slots,
-                                     int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
-                                     float *row_w, cudaStream_t stream)
+                                     int n_experts, int tile_m, int n_slots, void *scratch,
+                                     size_t scratch_bytes, int32_t *tile_expert,
+                                     int32_t *row_src, int32_t *row_dst, float *row_w,
+                                     cudaStream_t stream)
 {
-    if (!ids || !w || !tile_expert || !row_src || !row_dst || !row_w || m < 1 || k < 1 ||
-        n_experts < 1 || n_experts > FP4_GROUP_MAX_EXPERTS || tile_m < 1 ||
-        n_slots != fp4_moe_group_slots(m, k, n_experts, tile_m))
+    if (!ids || !w || !scratch || !tile_expert || !row_src || !row_dst || !row_w || m < 1 ||
+        k < 1 || n_experts < 1 || n_experts > FP4_GROUP_MAX_EXPERTS || tile_m < 1 ||
+        (long long)m * k > 0x7fffffffLL ||
+        n_slots != fp4_moe_group_slots(m, k, n_experts, tile_m) ||
+        (long long)n_slots * tile_m > 0x7fffffffLL ||
+        scratch_bytes < fp4_moe_group_scratch_bytes(m, k, n_experts))
         return cudaErrorInvalidValue;
-    size_t smem = (size_t)(3 * n_experts + 1) * sizeof(int);
-    fp4_moe_group_kernel<<<1, GROUP_THREADS, smem, stream>>>(
-        ids, w, m * k, k, n_experts, tile_m, n_slots, tile_expert, row_src, row_dst, row_w);
+    const long long n_pairs = (long long)m * k;
+    const int nb = (int)group_blocks(n_pairs);
+    int32_t *counts = (int32_t *)scratch;
+    fp4_group_count_kernel<<<nb, GROUP_THREADS, 0, stream>>>(ids, n_pairs, n_experts, counts);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    fp4_group_prefix_kernel<<<1, GROUP_PREFIX_THREADS, 0, stream>>>(
+        counts, nb, n_experts, tile_m, n_slots, tile_expert, row_src, row_dst, row_w);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    fp4_group_scatter_kernel<<<nb, GROUP_THREADS, 0, stream>>>(ids, w, n_pairs, k, n_experts,
+                                                               counts, row_src, row_dst, row_w);
     return cudaGetLastError();
 }

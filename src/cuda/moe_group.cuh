@@ -4,6 +4,7 @@
 #ifndef FP4MOE_MOE_GROUP_CUH
 #define FP4MOE_MOE_GROUP_CUH
 
+#include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -11,7 +12,7 @@
 extern "C" {
 #endif
 
-#define FP4_GROUP_MAX_EXPERTS 2048
+#define FP4_GROUP_MAX_EXPERTS 256
 
 /* Tile slots needed for m*k pairs over E experts with segments padded to tile_m rows:
  * every expert's tiles fit in ceil(m*k / tile_m) + E slots. */
@@ -21,15 +22,21 @@ static inline int fp4_moe_group_slots(int m, int k, int n_experts, int tile_m)
     return (int)((p + tile_m - 1) / tile_m) + n_experts;
 }
 
+/* Device scratch fp4_moe_group needs: one int per (chunk of 2048 pairs, expert). */
+size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts);
+
 /* Group the m*k pairs of ids[m, k] / w[m, k] by expert into a padded row space of
  * n_slots * tile_m rows: each expert's segment starts at a multiple of tile_m; slot s covers
  * rows [s*tile_m, (s+1)*tile_m) and tile_expert[s] is its expert or -1 (past the end).
  * Per padded row: row_src = token (-1 for padding), row_dst = pair index t*k+slot (-1),
- * row_w = the pair's routing weight (0). Row order inside a segment is unspecified; results
- * of the GEMMs do not depend on it. n_slots must be fp4_moe_group_slots(m, k, E, tile_m). */
+ * row_w = the pair's routing weight (0). Rows inside a segment are in ascending pair index
+ * (the same tables on every run; the GEMMs do not depend on the order). n_slots must be
+ * fp4_moe_group_slots(m, k, E, tile_m); scratch_bytes >= fp4_moe_group_scratch_bytes(m, k,
+ * E), dead after the call's kernels. Three launches, grids fixed by m*k. E <= 256. */
 cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k, int n_experts,
-                          int tile_m, int n_slots, int32_t *tile_expert, int32_t *row_src,
-                          int32_t *row_dst, float *row_w, cudaStream_t stream);
+                          int tile_m, int n_slots, void *scratch, size_t scratch_bytes,
+                          int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
+                          float *row_w, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,11 @@
 /*
- * moe_route.cuh - launcher of the MoE router kernel (moe_route.cu). C-callable.
+ * moe_route.cuh - launcher of the MoE router (moe_route.cu): a tiled logits pass plus a
+ * warp-per-token top-k, two launches, grids fixed by m. C-callable.
  */
 #ifndef FP4MOE_MOE_ROUTE_CUH
 #define FP4MOE_MOE_ROUTE_CUH
 
+#include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -13,16 +15,23 @@ extern "C" {
 
 #define FP4_ROUTE_MAX_EXPERTS 256
 
-/* One-time setup (raises the dynamic shared-memory limit for hidden sizes up to 16384). */
+/* One-time setup (raises the dynamic shared-memory limit of the logits kernel). */
 cudaError_t fp4_moe_route_init(void);
 
-/* Per token t < m: logits = router[E, H] . x[t] (bf16 x, fp32 math); p = sigmoid or softmax
- * (scoring 0/1); top-k by p + bias (bias may be NULL), ties to the lower id, ids in
- * descending selection order; w = p (renormalized over the k chosen if norm_topk) * scaling.
- * ids[m, k], w[m, k]. Needs E <= 256, 1 <= k <= E, h % 4 == 0, h <= 16384. */
+/* Device scratch fp4_moe_route needs for m tokens and E experts (partial logits): a bound
+ * that never decreases with m, min(32 m, max(m, 32768 / ceil(E / 64))) * E floats. */
+size_t fp4_moe_route_scratch_bytes(int m, int n_experts);
+
+/* Per token t < m: logits = router[E, H] . x[t] (bf16 x, fp32 fmaf chains summed exactly as
+ * the original one-block-per-token kernel); p = sigmoid or softmax (scoring 0/1); top-k by
+ * p + bias (bias may be NULL), ties to the lower id, ids in descending selection order;
+ * w = p (renormalized over the k chosen if norm_topk) * scaling. ids[m, k], w[m, k].
+ * scratch: scratch_bytes >= fp4_moe_route_scratch_bytes(m, E), dead after the call's
+ * kernels. Needs E <= 256, 1 <= k <= E, h % 4 == 0, h <= 16384, router 16-byte aligned. */
 cudaError_t fp4_moe_route(const uint16_t *x, const float *router, const float *bias, int m,
                           int h, int n_experts, int k, int scoring, int norm_topk,
-                          float scaling, int32_t *ids, float *w, cudaStream_t stream);
+                          float scaling, void *scratch, size_t scratch_bytes, int32_t *ids,
+                          float *w, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
