@@ -49,13 +49,18 @@ tail -n 3 /tmp/fp4moe-pytest.log
 
 fi
 if want tests; then
-step "compute-sanitizer memcheck (small cases)"
+step "compute-sanitizer memcheck and racecheck (small cases)"
 if command -v compute-sanitizer >/dev/null; then
   echo "==== compute-sanitizer memcheck" >> "$TL"
   (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 ./test_gpu_moe) \
     > /tmp/fp4moe-memcheck.log 2>&1 && echo "memcheck: clean" || { echo "memcheck: FAIL"; fails=$((fails+1)); }
   cat /tmp/fp4moe-memcheck.log >> "$TL"
   tail -n 2 /tmp/fp4moe-memcheck.log
+  echo "==== compute-sanitizer racecheck" >> "$TL"
+  (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 ./test_gpu_moe) \
+    > /tmp/fp4moe-racecheck.log 2>&1 && echo "racecheck: clean" || { echo "racecheck: FAIL"; fails=$((fails+1)); }
+  cat /tmp/fp4moe-racecheck.log >> "$TL"
+  tail -n 2 /tmp/fp4moe-racecheck.log
 fi
 
 fi
@@ -81,7 +86,7 @@ rm -rf "$M"
 fi
 if want bench; then
   step "fp4moe bench (every kernel; * = the oracle's pick)"
-  "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --all-kernels --json "$OUT/bench.json" --reps 20 2> /dev/null \
+  "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --all-kernels --json "$OUT/bench.json" --reps 15 2> /dev/null \
     || fails=$((fails+1))
 fi
 if want peer; then
