@@ -86,7 +86,7 @@ rm -rf "$M"
 fi
 if want bench; then
   step "fp4moe bench (every kernel; * = the oracle's pick)"
-  "$B/fp4moe" bench --problems "$ROOT/bench/problems.txt" --all-kernels --json "$OUT/bench.json" --reps 15 2> /dev/null \
+  "$B/fp4moe" bench --problems "${FP4MOE_PROBLEMS:-$ROOT/bench/problems.txt}" --all-kernels --json "$OUT/bench.json" --reps 15 2> /dev/null \
     || fails=$((fails+1))
 fi
 if want peer; then
