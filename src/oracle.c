@@ -10,11 +10,13 @@
  *               BF16 tensor cores (the Marlin design, hence the alias "marlin"). Kernel by
  *               size: "decode" (weights as the mma M operand, split K) up to 16 tokens per
  *               expert, where it measured faster than "mma" (64-token tiles); "mma" above
- *               (H200, 2026-11-29: 16/expert decode 783 us vs mma 803; 32/expert 1303 vs 838).
- *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 8 tokens per expert, then
+ *               (H200, 2026-11-29, final kernels: 16/expert decode 555 us vs mma 729; 32/expert
+ *               982 vs 789).
+ *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 16 tokens per expert, then
  *               "sm90-wgmma" (wgmma with the weights dequantized into A registers), the
  *               design of the upstream engine's SM90 W4A16 MoE backend, hence "humming"
- *               (H200, 2026-11-29: 8/expert decode 517 us vs wgmma 639; 16/expert 783 vs 651).
+ *               (H200, 2026-11-29, final kernels: 16/expert decode 555 us vs wgmma 580;
+ *               32/expert 982 vs 633).
  * Size bounds are measured (bench/NOTES.md) and live here only.
  */
 #include "oracle.h"
@@ -75,7 +77,7 @@ static const fp4_backend backend_w4a16_sm90 = {
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
     .gpu = 1,
-    .kernels = {{FP4_GPU_K_DECODE, 8}, {FP4_GPU_K_SM90_WGMMA, 0}},
+    .kernels = {{FP4_GPU_K_DECODE, 16}, {FP4_GPU_K_SM90_WGMMA, 0}},
     .n_kernels = 2,
     .load = "the same device layout as w4a16-mma (one copy of the weights serves every kernel)",
 };
