@@ -61,6 +61,12 @@ size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens)
     return 0;
 }
 
+size_t fp4_gpu_moe_workspace_for(const fp4_arch *a, int max_tokens)
+{
+    (void)a, (void)max_tokens;
+    return 0;
+}
+
 fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
                                   int m, float *y, int32_t *topk_ids, float *topk_w,
                                   void *workspace, size_t workspace_bytes, void *stream, fp4_err *e)
@@ -180,6 +186,18 @@ size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens)
     size_t a = ws_layout(g, max_tokens, FP4_GPU_K_MMA).total;
     size_t b = ws_layout(g, max_tokens, FP4_GPU_K_DECODE).total;
     return a > b ? a : b;
+}
+
+size_t fp4_gpu_moe_workspace_for(const fp4_arch *a, int max_tokens)
+{
+    /* The workspace depends on the shape only: the fields ws_layout reads. */
+    fp4_gpu_moe g;
+    if (!a) return 0;
+    memset(&g, 0, sizeof g);
+    g.n_experts = a->n_experts, g.hidden = a->hidden, g.inter = a->moe_intermediate;
+    g.topk = a->topk, g.has_shared = a->shared_intermediate > 0;
+    g.shared_inter = a->shared_intermediate;
+    return fp4_gpu_moe_workspace_size(&g, max_tokens);
 }
 
 void fp4_gpu_moe_destroy(fp4_gpu_moe *g)

@@ -42,6 +42,10 @@ fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
                                  fp4_gpu_moe **out, fp4_err *e);
 void fp4_gpu_moe_destroy(fp4_gpu_moe *g);
 
+/* The same, from the architecture alone (no device, no weights): for the oracle's backend
+ * descriptors and inspect. 0 in a build without CUDA. */
+size_t fp4_gpu_moe_workspace_for(const fp4_arch *a, int max_tokens);
+
 /* Bytes of device workspace forward needs for up to max_tokens tokens, any kernel. */
 size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens);
 

@@ -63,6 +63,7 @@ static const fp4_backend backend_w4a16_mma = {
     .gpu = 1,
     .kernels = {{FP4_GPU_K_DECODE, 16}, {FP4_GPU_K_MMA, 0}},
     .n_kernels = 2,
+    .workspace = fp4_gpu_moe_workspace_for,
     .load = "expert weights repacked to the kernel's tile layout and uploaded; shared expert to bf16",
 };
 
@@ -79,6 +80,7 @@ static const fp4_backend backend_w4a16_sm90 = {
     .gpu = 1,
     .kernels = {{FP4_GPU_K_DECODE, 16}, {FP4_GPU_K_SM90_WGMMA, 0}},
     .n_kernels = 2,
+    .workspace = fp4_gpu_moe_workspace_for,
     .load = "the same device layout as w4a16-mma (one copy of the weights serves every kernel)",
 };
 

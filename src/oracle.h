@@ -48,6 +48,8 @@ typedef struct fp4_backend {
         int max_tokens_per_expert; /* serves calls up to this many tokens per expert; 0: any */
     } kernels[3];             /* selection by size: the first that admits the call runs */
     int n_kernels;
+    size_t (*workspace)(const fp4_arch *a, int max_tokens); /* caller-owned device scratch;
+                                                               NULL: none (CPU backends) */
     const char *load;         /* load-time weight conversion, in words */
 } fp4_backend;
 

@@ -186,6 +186,27 @@ int main(void)
         CHECK(fp4_oracle_kernel(mma, 257, 8, 128) == FP4_GPU_K_MMA, "mma M=257 top-8 (17/expert): mma");
         CHECK(fp4_oracle_kernel(ref, 1, 8, 128) == -1, "reference has no GPU kernel");
     }
+    /* Workspace size is part of each descriptor: GPU backends need device scratch that grows
+     * with the tokens; CPU backends none. */
+    {
+        fp4_arch A;
+        memset(&A, 0, sizeof A);
+        A.hidden = 6144, A.n_experts = 128, A.moe_intermediate = 384, A.topk = 8, A.shared_intermediate = 384;
+        for (int i = 0; i < np; i++) {
+            const fp4_backend *b = prod[i];
+            if (!b->gpu) {
+                CHECK(b->workspace == NULL, "%s: CPU backend with a device workspace", b->name);
+                continue;
+            }
+            CHECK(b->workspace != NULL, "%s: GPU backend without a workspace query", b->name);
+#ifdef FP4MOE_WITH_CUDA
+            size_t w1 = b->workspace(&A, 1), w2 = b->workspace(&A, 4096);
+            /* 4096 tokens x top-8 x 6144 x fp32 per-(token, slot) FC2 rows alone are 805 MB. */
+            CHECK(w1 > 0 && w2 > w1 && w2 >= (size_t)4096 * 8 * 6144 * 4, "%s: workspace %zu (1 token), %zu (4096)",
+                  b->name, w1, w2);
+#endif
+        }
+    }
     /* Aliases resolve to the canonical descriptor. */
     CHECK(fp4_backend_lookup(prod, np, "marlin") == fp4_backend_lookup(prod, np, "w4a16-mma"), "alias marlin");
 

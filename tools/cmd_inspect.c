@@ -285,6 +285,9 @@ int cmd_inspect(int argc, char **argv)
                        g->d.dropped[0] ? ", dropped " : "", g->d.dropped);
                 if (kern[0])
                     printf("                 kernel by size: %s\n", kern);
+                if (g->d.backend->workspace)
+                    printf("                 device workspace: %.1f MB for 1 token, %.1f MB for 4096\n",
+                           g->d.backend->workspace(A, 1) / 1e6, g->d.backend->workspace(A, 4096) / 1e6);
             }
             else
                 printf("                 backend reference (dense MLP layers run on the CPU reference)\n");
@@ -314,6 +317,8 @@ int cmd_inspect(int argc, char **argv)
                 if (li[L].moe)
                     fp4_backend_kernels_str(li[L].d.backend, kern, sizeof kern);
                 cJSON_AddStringToObject(o, "kernels", kern);
+                if (li[L].moe && li[L].d.backend->workspace)
+                    cJSON_AddNumberToObject(o, "workspace_bytes_4096", (double)li[L].d.backend->workspace(A, 4096));
                 if (li[L].d.dropped[0])
                     cJSON_AddStringToObject(o, "dropped", li[L].d.dropped);
                 else
