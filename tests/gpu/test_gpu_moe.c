@@ -630,7 +630,7 @@ int main(void)
         /* H % 128 != 0 (masked FC2 column tile), no shared expert, top-k = E = 16 */
         {"odd-H", 320, 16, 128, SH_NONE, 0, ms_odd, 3, k_odd, 2, 0, 0},
         {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 3, k48, 2, 1, 0},
-        {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k8, 1, 0, 1},
+        {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k48, 2, 0, 1},
     };
     /* FP4MOE_GPU_TEST_SMALL=1 (for compute-sanitizer): tiny shapes and M <= 64 only. */
     const char *small = getenv("FP4MOE_GPU_TEST_SMALL"), *timing = getenv("FP4MOE_GPU_TIMING");
