@@ -532,9 +532,7 @@ static fp4moe_status draw_item(const genctx *g, const gitem *it, fp4_st_writer *
 {
     fp4moe_status st;
     rng r = rng_for(g->o->seed, it->name);
-    if (it->kind == G_NV_S)
-        return fp4_st_writer_put(w, c->b, it->bytes, e);
-    if (it->kind == G_MX_S)
+    if (it->kind == G_NV_S || it->kind == G_MX_S) /* scales cached by the weight before */
         return fp4_st_writer_put(w, c->b, it->bytes, e);
     if (it->kind == G_NV_G) {
         float v[2];
@@ -561,12 +559,10 @@ static fp4moe_status draw_item(const genctx *g, const gitem *it, fp4_st_writer *
     size_t need = chunk_rows * (size_t)cols * 4;
     if (c->rows_cap < need) {
         float *nr = realloc(c->rows, need);
-        uint8_t *tmp = NULL;
         if (!nr)
             return fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "out of memory generating '%s'", it->name);
         c->rows = nr;
         c->rows_cap = need;
-        (void)tmp;
     }
     if (it->kind == G_NV_W && ((st = ensure(&c->a, &c->na, it->bytes, e)) ||
                                (st = ensure(&c->b, &c->nb, (size_t)it->n * (size_t)it->k / 16, e))))

@@ -47,21 +47,28 @@ static fp4moe_status expect(const fp4_st_tensor *t, const char *what, fp4_dtype 
 }
 
 /* A float scalar (or element idx of a small vector) of dtype F32/BF16/F16. */
+/* Element i of an F32 or BF16 tensor (dtype checked by the caller). */
+static void read_scalar_any(const fp4_st_tensor *t, size_t i, float *out)
+{
+    if (t->dtype == FP4_DT_F32) {
+        memcpy(out, t->data + 4 * i, 4);
+    } else {
+        uint16_t b;
+        memcpy(&b, t->data + 2 * i, 2);
+        *out = fp4moe_bf16_to_float(b);
+    }
+}
+
+/* Element idx of a small F32/BF16 tensor that must hold exactly count elements. */
 static fp4moe_status read_scalar(const fp4_st_tensor *t, int idx, int count, float *out, fp4_err *e)
 {
     if (t->numel != (size_t)count)
         return fp4_fail(e, FP4MOE_ERR_FORMAT, "tensor '%s': expected %d element%s, found %zu", t->name,
                         count, count > 1 ? "s" : "", t->numel);
-    if (t->dtype == FP4_DT_F32) {
-        memcpy(out, t->data + 4 * idx, 4);
-    } else if (t->dtype == FP4_DT_BF16) {
-        uint16_t b;
-        memcpy(&b, t->data + 2 * idx, 2);
-        *out = fp4moe_bf16_to_float(b);
-    } else {
+    if (t->dtype != FP4_DT_F32 && t->dtype != FP4_DT_BF16)
         return fp4_fail(e, FP4MOE_ERR_FORMAT, "tensor '%s': expected dtype F32, found %s", t->name,
                         fp4_dtype_name(t->dtype));
-    }
+    read_scalar_any(t, (size_t)idx, out);
     return FP4MOE_OK;
 }
 
@@ -211,18 +218,6 @@ static fp4moe_status bind_named(fp4_ckpt *c, int layer, int j, int dense, const 
         }
     }
     return bind_linear(c, module, base, n, k, 0, n, 0, 1, l, e);
-}
-
-/* Element i of an F32 or BF16 tensor (dtype checked by the caller). */
-static void read_scalar_any(const fp4_st_tensor *t, size_t i, float *out)
-{
-    if (t->dtype == FP4_DT_F32) {
-        memcpy(out, t->data + 4 * i, 4);
-    } else {
-        uint16_t b;
-        memcpy(&b, t->data + 2 * i, 2);
-        *out = fp4moe_bf16_to_float(b);
-    }
 }
 
 static fp4moe_status read_router(fp4_ckpt *c, int layer, fp4_moe_weights *w, fp4_err *e)
