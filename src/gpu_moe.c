@@ -6,7 +6,8 @@
  * Device layout (FP4_GPU_K_MMA, see src/cuda/w4a16_mma_gemm.cuh):
  *   routed W13 [E][2I][H/2] packed e2m1, gate rows then up rows, bytes permuted per 32-byte
  *   group (fp4_mma_permute_row); S13 [E][2I][H/16] e4m3 linear; G13 [E][2] fp32 (gate, up);
- *   W2 [E][H][I/2] permuted, S2 [E][H][I/16], G2 [E]. Router [E, H] fp32, bias [E].
+ *   W2 [E][H][I/2] permuted, S2 [E][H][I/16], G2 [E]. Router [E, H] fp32 (the decode router)
+ *   and as three bf16 planes [3][E, H] (fp4_moe_route_split: the tensor-core router), bias [E].
  *   Shared expert: nvfp4 -> the same layout with E = 1; mxfp8 / bf16 -> bf16 [2Is][H], [H][Is].
  * FP4_GPU_K_DECODE (src/cuda/w4a16_decode.cuh) reads the same weight layout; its activations
  * are bf16 in a "paired" K order (fp4_dec_pair_pos) for nvfp4 weights.
@@ -102,6 +103,7 @@ struct fp4_gpu_moe {
     int has_shared, shared_inter;           /* Is */
     int shared_fmt;                         /* fp4_mma_wfmt of the shared expert */
     float *router, *bias;                   /* [E, H], [E] or NULL */
+    uint16_t *router_planes;                /* [3][E, H] bf16 (fp4_moe_route_split) */
     uint8_t *w13, *s13, *w2, *s2;           /* routed, layout above */
     float *g13, *g2;                        /* [E][2], [E] */
     uint8_t *sh_w13, *sh_s13, *sh_w2, *sh_s2; /* shared nvfp4 */
@@ -203,7 +205,7 @@ size_t fp4_gpu_moe_workspace_for(const fp4_arch *a, int max_tokens)
 void fp4_gpu_moe_destroy(fp4_gpu_moe *g)
 {
     if (!g) return;
-    void *ptrs[] = {g->router, g->bias,   g->w13,    g->s13,    g->w2,     g->s2,
+    void *ptrs[] = {g->router, g->router_planes, g->bias, g->w13,    g->s13,    g->w2,     g->s2,
                     g->g13,    g->g2,     g->sh_w13, g->sh_s13, g->sh_w2,  g->sh_s2,
                     g->sh_g13, g->sh_g2,  g->sh_b13, g->sh_b2};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
@@ -414,6 +416,20 @@ fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
     if ((st = dev_alloc((void **)&g->router, (size_t)E * H * 4, "router", e)) ||
         (st = upload(g->router, w->router, (size_t)E * H * 4, "router upload", e)))
         goto fail_staging;
+    {
+        const size_t n = (size_t)E * H;
+        uint16_t *planes = malloc(3 * n * sizeof *planes);
+        if (!planes) {
+            st = fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE: router planes");
+            goto fail_staging;
+        }
+        fp4_moe_route_split(w->router, n, planes);
+        /* a pageable copy has left the host buffer when cudaMemcpy returns */
+        if (!(st = dev_alloc((void **)&g->router_planes, 3 * n * 2, "router planes", e)))
+            st = upload(g->router_planes, planes, 3 * n * 2, "router planes upload", e);
+        free(planes);
+        if (st) goto fail_staging;
+    }
     if (w->router_bias && a->has_score_bias &&
         ((st = dev_alloc((void **)&g->bias, (size_t)E * 4, "router bias", e)) ||
          (st = upload(g->bias, w->router_bias, (size_t)E * 4, "router bias upload", e))))
@@ -473,7 +489,7 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
                                  a->routed_scaling, (float *)(ws + l->logits), ids, wts,
                                  l->n_slots, tile_expert, row_src, row_dst, row_w, xp, s);
     } else {
-        err = fp4_moe_route(x_bf16, g->router, g->bias, m, H, E, k,
+        err = fp4_moe_route(x_bf16, g->router_planes, g->bias, m, H, E, k,
                             a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling,
                             ws + l->logits, l->logits_bytes, ids, wts, s);
         if (err != cudaSuccess) return cuda_fail(e, err, "route launch");
@@ -553,7 +569,7 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     int act = a->act == FP4_ACT_SWIGLUOAI;
     cudaError_t err;
 
-    err = fp4_moe_route(x_bf16, g->router, g->bias, m, H, E, k,
+    err = fp4_moe_route(x_bf16, g->router_planes, g->bias, m, H, E, k,
                         a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling,
                         ws + l.logits, l.logits_bytes, ids, wts, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "route launch");

@@ -1,6 +1,6 @@
 /*
- * moe_route.cuh - launcher of the MoE router (moe_route.cu): a tiled logits pass plus a
- * warp-per-token top-k, two launches, grids fixed by m. C-callable.
+ * moe_route.cuh - launcher of the MoE router (moe_route.cu): a tensor-core logits pass plus
+ * a warp-per-token top-k, two launches, grids fixed by m. C-callable.
  */
 #ifndef FP4MOE_MOE_ROUTE_CUH
 #define FP4MOE_MOE_ROUTE_CUH
@@ -22,13 +22,18 @@ cudaError_t fp4_moe_route_init(void);
  * that never decreases with m, min(32 m, max(m, 32768 / ceil(E / 64))) * E floats. */
 size_t fp4_moe_route_scratch_bytes(int m, int n_experts);
 
-/* Per token t < m: logits = router[E, H] . x[t] (bf16 x, fp32 fmaf chains summed exactly as
- * the original one-block-per-token kernel); p = sigmoid or softmax (scoring 0/1); top-k by
- * p + bias (bias may be NULL), ties to the lower id, ids in descending selection order;
- * w = p (renormalized over the k chosen if norm_topk) * scaling. ids[m, k], w[m, k].
+/* The router in the form fp4_moe_route reads: planes [3][n] bf16 (hi, mid, lo) with
+ * hi + mid + lo == router[i] exactly for every finite value (non-finite: hi alone). Host. */
+void fp4_moe_route_split(const float *router, size_t n, uint16_t *planes);
+
+/* Per token t < m: logits = router[E, H] . x[t] (bf16 x, router from its planes, fp32
+ * accumulation on the tensor cores); p = sigmoid or softmax (scoring 0/1); top-k by p + bias
+ * (bias may be NULL), ties to the lower id, ids in descending selection order; w = p
+ * (renormalized over the k chosen if norm_topk) * scaling. ids[m, k], w[m, k].
  * scratch: scratch_bytes >= fp4_moe_route_scratch_bytes(m, E), dead after the call's
- * kernels. Needs E <= 256, 1 <= k <= E, h % 4 == 0, h <= 16384, router 16-byte aligned. */
-cudaError_t fp4_moe_route(const uint16_t *x, const float *router, const float *bias, int m,
+ * kernels. Needs E <= 256, 1 <= k <= E, h % 32 == 0, h <= 16384, x and planes 16-byte
+ * aligned. */
+cudaError_t fp4_moe_route(const uint16_t *x, const uint16_t *planes, const float *bias, int m,
                           int h, int n_experts, int k, int scoring, int norm_topk,
                           float scaling, void *scratch, size_t scratch_bytes, int32_t *ids,
                           float *w, cudaStream_t stream);

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "sm90_w4a16_wgmma.cuh"
+#include "device_util.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FP4_WG_SM90 1
@@ -44,33 +45,6 @@
 #define WG_SMEM (WG_RING + 1024)       /* + slack to align the base to 1 KB */
 
 #ifdef FP4_WG_SM90
-
-static __device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
-}
-
-static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
-}
-
-static __device__ __forceinline__ void cp_async_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N> static __device__ __forceinline__ void cp_async_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 /* Orders this thread's generic-proxy shared-memory writes (cp.async included) before later
  * async-proxy reads (wgmma operands); a barrier after it publishes them to the warpgroups. */
@@ -145,14 +119,6 @@ static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t
     return d;
 }
 
-/* a * b on bf16 pairs (exact here; the -0 addend keeps +0 products +0). */
-static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-    return d;
-}
-
 /* Eight e2m1 codes (nibble i = element i) -> four bf16x2, r[i] = elements (2i, 2i+1) of
  * byte i, lower element in the low half. Magnitudes by prmt table look-up (selector nibble =
  * 3-bit code; tables hold the high and low bytes of bf16 {0, .5, 1, 1.5, 2, 3, 4, 6}); signs
@@ -188,17 +154,6 @@ static __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t s, uint32_t d[4
         d[2 * h] = prmt(f0, f0, 0x3232u);
         d[2 * h + 1] = prmt(f1, f1, 0x3232u);
     }
-}
-
-static __device__ __forceinline__ float act_fn(int act, float limit, float alpha, float g,
-                                               float u)
-{
-    if (act == 0) return g / (1.f + __expf(-g)) * u;
-    if (limit > 0.f) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    return (u + 1.f) * g / (1.f + __expf(-alpha * g));
 }
 
 /* Weight row (within the expert) of shared-memory row sr of the CTA's 128, or -1.

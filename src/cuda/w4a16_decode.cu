@@ -28,6 +28,8 @@
 #include <cuda_bf16.h>
 
 #include "w4a16_decode.cuh"
+#include "device_util.cuh"
+#include "route_select.cuh"
 
 #define DEC_THREADS 256
 #define DEC_WARPS 8
@@ -41,51 +43,6 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(ptr));
     return v;
-}
-
-/* cp.async into shared memory (sm_80+); a false ok copies nothing and writes zeros. */
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok)
-{
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n"
-                 :
-                 : "r"(dst), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool ok)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                 :
-                 : "r"(dst), "l"(src), "r"(ok ? 4 : 0)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N>
-static __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0,
-                                                uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* a * b on bf16 pairs (fma with -0 keeps +0), exact for the operands used here. */
-static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-    return d;
 }
 
 /* Nibbles p and p + 4 of q as a bf16x2 (low half: nibble p), each the e2m1 value * 2^-126. */
@@ -108,17 +65,6 @@ static __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t v, uint32_t &s0
     o = bf16x2_mul(bf16x2_mul(o, 0x7f007f00u), 0x77807780u);
     s01 = __byte_perm(e, o, 0x5410);
     s23 = __byte_perm(e, o, 0x7632);
-}
-
-static __device__ __forceinline__ float act_fn(int act, float limit, float alpha, float g,
-                                               float u)
-{
-    if (act == 0) return g / (1.f + __expf(-g)) * u;
-    if (limit > 0.f) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    return (u + 1.f) * g / (1.f + __expf(-alpha * g));
 }
 
 /* NVFP4 main loop, per warp: a ring of RING groups in shared memory filled by cp.async
@@ -198,8 +144,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                 const int gi = gb0 + i, st = i & (RING - 1);
 #pragma unroll
                 for (int j = 0; j < RT; j++)
-                    cp_async16(wdst + st * WSTAGE + j * 512, cw[j] + 32 * gi, cw_ok[j]);
-                if (lane < RR) cp_async4(sdst + st * SSTAGE, cs + 4 * gi, cs_ok);
+                    cp_async16_pf(wdst + st * WSTAGE + j * 512, cw[j] + 32 * gi, cw_ok[j] ? 16 : 0);
+                if (lane < RR) cp_async4(sdst + st * SSTAGE, cs + 4 * gi, cs_ok ? 4 : 0);
             }
             cp_async_commit();
         };
@@ -567,18 +513,7 @@ fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ 
 #define TG_THREADS 1024 /* the top-k + grouping block: one warp per token */
 static_assert(FP4_DEC_ROUTE_MAX_M <= 64, "token masks per expert are 64-bit");
 
-/* Selection key of a routing score: larger score -> larger key, -0 == +0, NaN below every
- * number (key 1), 0 = no candidate. Max key then min id is moe_route.cu's order (larger
- * score, ties to the lower id) wherever scores are not NaN. */
-static __device__ __forceinline__ uint32_t score_key(float s)
-{
-    if (s != s) return 1u;
-    uint32_t u = __float_as_uint(__fadd_rn(s, 0.f)); /* -0 -> +0 */
-    return u & 0x80000000u ? ~u : u | 0x80000000u;    /* -inf -> 0x007fffff */
-}
-
-/* One block of TG_THREADS: warp per token, scores and top-k as moe_route.cu (each pick: the
- * lane's best candidate, then two warp reductions, max key and min id), ids / w [m, k];
+/* One block of TG_THREADS: warp per token, the routing rule of route_select.cuh, ids / w [m, k];
  * the tokens that chose each expert as a 64-bit mask; then the grouping of fp4_dec_prep,
  * with a pair's place inside its expert's segment = its rank in token order (deterministic). */
 __global__ void __launch_bounds__(TG_THREADS)
@@ -591,69 +526,19 @@ fp4_dec_topk_group_kernel(const float *__restrict__ logits, const float *__restr
     __shared__ unsigned long long tmask[FP4_DEC_MAX_EXPERTS]; /* bit t: token t chose e */
     __shared__ int tstart[FP4_DEC_MAX_EXPERTS + 1];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    constexpr int J = FP4_DEC_MAX_EXPERTS / 32;
+    constexpr int J = FP4_ROUTE_LANE_EXPERTS;
     for (int e = tid; e < n_experts; e += TG_THREADS) tmask[e] = 0ull;
     __syncthreads();
     for (int t = warp; t < m; t += TG_THREADS / 32) {
         float pv[J];
-        uint32_t key[J];
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int e = lane + 32 * j;
             pv[j] = e < n_experts ? logits[(size_t)t * n_experts + e] : 0.f;
         }
-        if (scoring == 0) {
-#pragma unroll
-            for (int j = 0; j < J; j++) pv[j] = 1.f / (1.f + expf(-pv[j]));
-        } else {
-            float mx = -INFINITY, sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < J; j++)
-                if (lane + 32 * j < n_experts) mx = fmaxf(mx, pv[j]);
-            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-#pragma unroll
-            for (int j = 0; j < J; j++)
-                if (lane + 32 * j < n_experts) {
-                    pv[j] = expf(pv[j] - mx);
-                    sum += pv[j];
-                }
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-#pragma unroll
-            for (int j = 0; j < J; j++) pv[j] /= sum;
-        }
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            int e = lane + 32 * j;
-            key[j] = e < n_experts ? score_key(pv[j] + (bias ? bias[e] : 0.f)) : 0u;
-        }
-        float chosen_sum = 0.f;
-        uint32_t taken = 0; /* bit j: expert lane + 32 j chosen */
-        for (int s = 0; s < k; s++) {
-            uint32_t bk = 0;
-            int bj = 0;
-            float bp = 0.f;
-#pragma unroll
-            for (int j = 0; j < J; j++) /* strict: the lower id of equal keys in this lane */
-                if (!((taken >> j) & 1u) && key[j] > bk) {
-                    bk = key[j];
-                    bj = j;
-                    bp = pv[j];
-                }
-            const uint32_t mk = __reduce_max_sync(0xffffffffu, bk);
-            const uint32_t bi = __reduce_min_sync(0xffffffffu, bk == mk ? (uint32_t)(lane + 32 * bj)
-                                                                        : 0xffffffffu);
-            bp = __shfl_sync(0xffffffffu, bp, (int)(bi & 31));
-            if ((int)(bi & 31) == lane) {
-                taken |= 1u << (bi >> 5);
-                ids[(size_t)t * k + s] = (int32_t)bi;
-                w[(size_t)t * k + s] = bp;
-                atomicOr(&tmask[bi], 1ull << t);
-            }
-            chosen_sum += bp;
-        }
-        __syncwarp();
-        const float f = norm_topk && chosen_sum > 0.f ? scaling / chosen_sum : scaling;
-        for (int s = lane; s < k; s += 32) w[(size_t)t * k + s] *= f;
+        route_select_warp(pv, bias, n_experts, k, scoring, norm_topk, scaling, ids + (size_t)t * k,
+                          w + (size_t)t * k);
+        for (int s = lane; s < k; s += 32) atomicOr(&tmask[ids[(size_t)t * k + s]], 1ull << t);
     }
     __syncthreads(); /* ids, w and the masks of all tokens are written by this block */
     scan_tiles(tid < n_experts ? (__popcll(tmask[tid]) + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T

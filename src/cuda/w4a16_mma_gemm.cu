@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "w4a16_mma_gemm.cuh"
+#include "device_util.cuh"
 
 #define BM FP4_MMA_TILE_M
 #define BK FP4_MMA_TILE_K
@@ -33,58 +34,6 @@
 #define WB_BYTES (BW * APAD * 2)
 #define STAGE_FP4 (A_BYTES + WQ_BYTES + WS_BYTES)
 #define STAGE_BF16 (A_BYTES + WB_BYTES)
-
-static __device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16-byte async copy; src_bytes 0 zero-fills the destination without reading. */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(src_bytes));
-}
-
-static __device__ __forceinline__ void cp_async_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-static __device__ __forceinline__ void cp_async_wait_stages(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(NST - 2));
-}
-
-static __device__ __forceinline__ void ldmatrix_x4(uint32_t *r, const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-
-static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0,
-                                                uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* a * b on bf16 pairs, exact here (fma with -0 keeps +0 and is available from sm_80). */
-static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-    return d;
-}
 
 /* e4m3 code -> bf16 bits, duplicated in both halves. Exact (4 significant bits). */
 static __device__ __forceinline__ uint32_t e4m3_to_bf16x2(uint32_t code)
@@ -104,17 +53,6 @@ static __device__ __forceinline__ uint32_t e2m1x2_to_bf16x2(uint32_t byte, uint3
     uint32_t bits = ((byte & 0x7u) << 6) | ((byte & 0x8u) << 12) | ((byte & 0x70u) << 18) |
                     ((byte & 0x80u) << 24);
     return bf16x2_mul(bf16x2_mul(bits, 0x7e807e80u), scale2);
-}
-
-static __device__ __forceinline__ float act_fn(int act, float limit, float alpha, float g,
-                                               float u)
-{
-    if (act == 0) return g / (1.f + __expf(-g)) * u;
-    if (limit > 0.f) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    return (u + 1.f) * g / (1.f + __expf(-alpha * g));
 }
 
 static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
@@ -194,20 +132,20 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
     do {                                                                                     \
         unsigned char *sb = smem + (st) * stage_bytes;                                       \
         _Pragma("unroll") for (int i = 0; i < 4; i++)                                        \
-            cp_async16(sb + ((tid >> 3) + 16 * i) * APAD * 2 + (tid & 7) * 16,              \
+            cp_async16(smem_u32(sb + ((tid >> 3) + 16 * i) * APAD * 2 + (tid & 7) * 16),    \
                        a_ptr[i] + (kt) * BK, a_ok[i] ? 16 : 0);                              \
         if (wfmt == FP4_MMA_W_NVFP4) {                                                       \
             _Pragma("unroll") for (int i = 0; i < 2; i++) {                                  \
                 int c = tid + THREADS * i;                                                   \
-                cp_async16(sb + A_BYTES + c * 16, wq_ptr[i] + (kt) * (BK / 2),               \
+                cp_async16(smem_u32(sb + A_BYTES + c * 16), wq_ptr[i] + (kt) * (BK / 2),               \
                            wq_ok[i] ? 16 : 0);                                               \
             }                                                                                \
-            cp_async4(sb + A_BYTES + WQ_BYTES + tid * 4, ws_ptr + (kt) * (BK / 16),          \
+            cp_async4(smem_u32(sb + A_BYTES + WQ_BYTES + tid * 4), ws_ptr + (kt) * (BK / 16),          \
                       ws_ok ? 4 : 0);                                                        \
         } else {                                                                             \
             _Pragma("unroll") for (int i = 0; i < 8; i++) {                                  \
                 int c = tid + THREADS * i;                                                   \
-                cp_async16(sb + A_BYTES + (c >> 3) * APAD * 2 + (c & 7) * 16,                \
+                cp_async16(smem_u32(sb + A_BYTES + (c >> 3) * APAD * 2 + (c & 7) * 16),      \
                            wb_ptr[i] + (kt) * BK, wb_ok[i] ? 16 : 0);                        \
             }                                                                                \
         }                                                                                    \
@@ -220,7 +158,7 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
     }
 
     for (int kt = 0; kt < nk; kt++) {
-        cp_async_wait_stages();
+        cp_async_wait<NST - 2>();
         __syncthreads();
         {
             int nt = kt + NST - 1;
@@ -245,7 +183,7 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
             uint32_t af[4][4];
 #pragma unroll
             for (int mt = 0; mt < 4; mt++)
-                ldmatrix_x4(af[mt], sa + (mt * 16 + (lane & 15)) * APAD + kk * 16 + (lane >> 4) * 8);
+                ldmatrix_x4(af[mt], smem_u32(sa + (mt * 16 + (lane & 15)) * APAD + kk * 16 + (lane >> 4) * 8));
             uint32_t b0[4], b1[4];
             if (wfmt == FP4_MMA_W_NVFP4) {
 #pragma unroll
@@ -262,7 +200,7 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
                 for (int h = 0; h < 2; h++) {
                     uint32_t r[4];
                     int row = h * 64 + warp * 16 + (lane >> 4) * 8 + (lane & 7);
-                    ldmatrix_x4(r, sw + row * APAD + kk * 16 + ((lane >> 3) & 1) * 8);
+                    ldmatrix_x4(r, smem_u32(sw + row * APAD + kk * 16 + ((lane >> 3) & 1) * 8));
                     b0[2 * h] = r[0];
                     b1[2 * h] = r[1];
                     b0[2 * h + 1] = r[2];

@@ -1,0 +1,89 @@
+/*
+ * device_util.cuh - device helpers shared by the kernels (sm_80+): async copies, ldmatrix,
+ * the BF16 mma.sync, bf16x2 products and the expert activation. Header-only, static inline.
+ */
+#ifndef FP4MOE_DEVICE_UTIL_CUH
+#define FP4MOE_DEVICE_UTIL_CUH
+
+#include <stdint.h>
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte async copy global -> shared; src_bytes 0 zero-fills the destination, reading
+ * nothing (src must still be a valid address). */
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+/* The same with a 256-byte L2 prefetch hint (streams of consecutive 16-byte chunks). */
+static __device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Wait until at most N of this thread's committed groups are still in flight. */
+template <int N> static __device__ __forceinline__ void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8. */
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t *r, uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c += a (16x16 row) * b (16x8 col), BF16 in, fp32 accumulate. */
+static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0,
+                                                uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* a * b on bf16 pairs (an fma with a -0 addend, which keeps +0 products +0; sm_80+). */
+static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+/* Expert activation of a gate / up pair: act 0 silu(g) * u; 1 swigluoai with clamp limit
+ * (0: none) and alpha (DESIGN.md section 4). */
+static __device__ __forceinline__ float act_fn(int act, float limit, float alpha, float g,
+                                               float u)
+{
+    if (act == 0) return g / (1.f + __expf(-g)) * u;
+    if (limit > 0.f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return (u + 1.f) * g / (1.f + __expf(-alpha * g));
+}
+
+#endif /* FP4MOE_DEVICE_UTIL_CUH */
