@@ -77,6 +77,15 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: built without CUDA");
 }
 
+fp4moe_status fp4_gpu_moe_prologue(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
+                                   int m, int32_t *topk_ids, float *topk_w, void *workspace,
+                                   size_t workspace_bytes, void *stream, fp4_err *e)
+{
+    (void)g, (void)kernel, (void)x_bf16, (void)m, (void)topk_ids, (void)topk_w, (void)workspace,
+        (void)workspace_bytes, (void)stream;
+    return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED, "GPU MoE: built without CUDA");
+}
+
 fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const float *x,
                                        int m, float *y, int32_t *topk_ids, float *topk_w, fp4_err *e)
 {
@@ -469,7 +478,7 @@ fail_staging:
  * Grids are fixed by M (slot bound fp4_dec_active_slots), so the forward stays capturable. */
 static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
                                     int32_t *ids, float *wts, char *ws, const gpu_ws *l,
-                                    cudaStream_t s, fp4_err *e)
+                                    int prologue_only, cudaStream_t s, fp4_err *e)
 {
     int E = g->n_experts, H = g->hidden, I = g->inter, k = g->topk;
     int32_t *tile_expert = (int32_t *)(ws + l->tile_expert);
@@ -497,6 +506,7 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
                            row_w, x_bf16, H, xp, s);
     }
     if (err != cudaSuccess) return cuda_fail(e, err, "decode prep launch");
+    if (prologue_only) return FP4MOE_OK;
     int active = fp4_dec_active_slots(m, k, E);
     if (active > l->n_slots) active = l->n_slots;
     /* Two m16 tiles per warp halve the activation re-reads once slots hold several tokens
@@ -540,11 +550,13 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     return FP4MOE_OK;
 }
 
-fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
+/* The forward, or only its prologue (routing and grouping: every launch before FC1). */
+static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
                                   int m, float *y, int32_t *topk_ids, float *topk_w,
-                                  void *workspace, size_t workspace_bytes, void *stream, fp4_err *e)
+                                  void *workspace, size_t workspace_bytes, void *stream,
+                                  int prologue_only, fp4_err *e)
 {
-    if (!g || !x_bf16 || !y || m < 1 || !workspace)
+    if (!g || !x_bf16 || (!y && !prologue_only) || m < 1 || !workspace)
         return fp4_fail(e, FP4MOE_ERR_INVALID_ARGUMENT,
                         "GPU MoE forward: NULL pointer or m = %d < 1", m);
     if (kernel < 0 || kernel >= FP4_GPU_K_COUNT)
@@ -560,7 +572,8 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     int E = g->n_experts, H = g->hidden, I = g->inter, k = g->topk;
     int32_t *ids = topk_ids ? topk_ids : (int32_t *)(ws + l.ids);
     float *wts = topk_w ? topk_w : (float *)(ws + l.w);
-    if (kernel == FP4_GPU_K_DECODE) return forward_decode(g, x_bf16, m, y, ids, wts, ws, &l, s, e);
+    if (kernel == FP4_GPU_K_DECODE)
+        return forward_decode(g, x_bf16, m, y, ids, wts, ws, &l, prologue_only, s, e);
     int32_t *tile_expert = (int32_t *)(ws + l.tile_expert);
     int32_t *row_src = (int32_t *)(ws + l.row_src), *row_dst = (int32_t *)(ws + l.row_dst);
     float *row_w = (float *)(ws + l.row_w), *pairs = (float *)(ws + l.pairs);
@@ -576,6 +589,7 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     err = fp4_moe_group(ids, wts, m, k, E, FP4_MMA_TILE_M, l.n_slots, ws + l.logits,
                         l.logits_bytes, tile_expert, row_src, row_dst, row_w, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "group launch");
+    if (prologue_only) return FP4MOE_OK;
 
     fp4_mma_gemm_args p;
     memset(&p, 0, sizeof p);
@@ -620,6 +634,22 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     err = fp4_moe_combine(pairs, m, k, H, g->has_shared, y, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "combine launch");
     return FP4MOE_OK;
+}
+
+fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
+                                  int m, float *y, int32_t *topk_ids, float *topk_w,
+                                  void *workspace, size_t workspace_bytes, void *stream, fp4_err *e)
+{
+    return forward_impl(g, kernel, x_bf16, m, y, topk_ids, topk_w, workspace, workspace_bytes,
+                        stream, 0, e);
+}
+
+fp4moe_status fp4_gpu_moe_prologue(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
+                                   int m, int32_t *topk_ids, float *topk_w, void *workspace,
+                                   size_t workspace_bytes, void *stream, fp4_err *e)
+{
+    return forward_impl(g, kernel, x_bf16, m, NULL, topk_ids, topk_w, workspace,
+                        workspace_bytes, stream, 1, e);
 }
 
 fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const float *x,

@@ -56,6 +56,13 @@ fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
                                   int32_t *topk_ids, float *topk_w, void *workspace,
                                   size_t workspace_bytes, void *stream, fp4_err *e);
 
+/* Only the prologue of fp4_gpu_moe_forward with the same arguments: routing and grouping
+ * (every launch before FC1), the part an engine that routes on its own, and the peer
+ * benchmark, leave out. For bench, which reports the forward with and without it. */
+fp4moe_status fp4_gpu_moe_prologue(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,
+                                   int m, int32_t *topk_ids, float *topk_w, void *workspace,
+                                   size_t workspace_bytes, void *stream, fp4_err *e);
+
 /* Host convenience for tools and tests: x[M, H] fp32 on the host (rounded to bf16), y and
  * optional ids/weights on the host. Allocates, runs, synchronises. */
 fp4moe_status fp4_gpu_moe_forward_host(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const float *x,

@@ -11,7 +11,7 @@
  * tensor-core rate instead of the fp32 FMA rate.
  *   - fp4_route_logits_kernel: a block owns 64 tokens x 64 experts and the split q of the
  *     H / 32 k-chunks; x rows and the three plane rows stream through a 3-stage cp.async
- *     ring, each warp computes 16 tokens x 64 experts (ldmatrix + m16n8k16). The S splits
+ *     ring, each warp computes 32 tokens x 32 experts (ldmatrix + m16n8k16). The S splits
  *     (from M, so that small M still fills the GPU) go to scratch [S][M][E].
  *   - fp4_route_topk_kernel: a warp per token sums the S partials pairwise in q order, then
  *     scores and top-k.
@@ -29,7 +29,7 @@
 #define ROUTE_MAX_SPLIT 32      /* most k splits of one tile */
 #define ROUTE_TARGET_BLOCKS 256 /* logits blocks wanted before splitting k (2 per SM) */
 #define ROUTE_MAX_H 16384
-#define ROUTE_THREADS 128       /* 4 warps x 16 tokens */
+#define ROUTE_THREADS 128       /* 4 warps of 32 tokens x 32 experts */
 #define ROUTE_KC 32             /* k per ring stage */
 #define ROUTE_STAGES 3
 #define ROUTE_PITCH 40          /* bf16 per shared row: 32 + 8 puts ldmatrix rows on distinct banks */
@@ -135,14 +135,19 @@ fp4_route_logits_kernel(const uint16_t *__restrict__ x, const uint16_t *__restri
         cp_async_commit();
     };
 
-    float acc[8][4];
+    /* warp tile: tokens 32 (warp & 1) .. + 32 (two m16 tiles) x experts 32 (warp >> 1) .. + 32
+     * (four n8 tiles); acc[mt][nt] */
+    const int wt = 32 * (warp & 1), we = 32 * (warp >> 1);
+    float acc[2][4][4];
 #pragma unroll
-    for (int i = 0; i < 8; i++)
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) acc[i][c] = 0.f;
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[mt][i][c] = 0.f;
     /* ldmatrix rows: A (x, 16 x 16) and B (two n8 tiles of a plane, [expert][k]) */
-    const int a_row = 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
-    const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
+    const int a_row = wt + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
+    const int b_row = we + (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
 
 #pragma unroll
     for (int i = 0; i < ROUTE_STAGES - 1; i++) issue(c0 + i);
@@ -153,17 +158,22 @@ fp4_route_logits_kernel(const uint16_t *__restrict__ x, const uint16_t *__restri
         const uint32_t sb = base + (uint32_t)(((c - c0) % ROUTE_STAGES) * ROUTE_STAGE_BYTES);
 #pragma unroll
         for (int kk = 0; kk < ROUTE_KC / 16; kk++) {
-            uint32_t a[4];
-            ldmatrix_x4(a, sb + (uint32_t)((a_row * ROUTE_PITCH + 16 * kk + a_col) * 2));
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                ldmatrix_x4(a[mt], sb + (uint32_t)(((a_row + 16 * mt) * ROUTE_PITCH + 16 * kk + a_col) * 2));
 #pragma unroll
             for (int p = 0; p < 3; p++)
 #pragma unroll
-                for (int np = 0; np < 4; np++) {
+                for (int np = 0; np < 2; np++) {
                     uint32_t b[4];
                     const int row = ROUTE_TM + ROUTE_TE * p + 16 * np + b_row;
                     ldmatrix_x4(b, sb + (uint32_t)((row * ROUTE_PITCH + 16 * kk + b_col) * 2));
-                    mma_bf16(acc[2 * np], a, b[0], b[1]);
-                    mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma_bf16(acc[mt][2 * np], a[mt], b[0], b[1]);
+                        mma_bf16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                    }
                 }
         }
     }
@@ -171,13 +181,16 @@ fp4_route_logits_kernel(const uint16_t *__restrict__ x, const uint16_t *__restri
 
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int tok = t0 + 16 * warp + g + (c >= 2 ? 8 : 0);
-            const int e = e0 + 8 * nt + 2 * t + (c & 1);
-            if (tok < m && e < n_experts) part[((size_t)q * m + tok) * n_experts + e] = acc[nt][c];
-        }
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int tok = t0 + wt + 16 * mt + g + (c >= 2 ? 8 : 0);
+                const int e = e0 + we + 8 * nt + 2 * t + (c & 1);
+                if (tok < m && e < n_experts)
+                    part[((size_t)q * m + tok) * n_experts + e] = acc[mt][nt][c];
+            }
 }
 
 /* Sum of N subtree partials p[0], p[stride], ... as the complete binary tree in order. */

@@ -41,7 +41,8 @@
 #define WG_BW 128                      /* weight rows per CTA (64 per warpgroup) */
 #define WG_W_BYTES (WG_BW * WG_BK / 2) /* packed e2m1, permuted rows of 32 bytes */
 #define WG_S_BYTES (WG_BW * WG_BK / 16)
-#define WG_RING (6 * 21504)            /* cp.async ring: 6 stages of 128 tokens, 9 of 64 */
+#define WG_RING (4 * 21504)            /* cp.async ring: 4 stages of 128 tokens, 6 of 64;
+                                          two CTAs per SM (smem and 128 registers) */
 #define WG_SMEM (WG_RING + 1024)       /* + slack to align the base to 1 KB */
 
 #ifdef FP4_WG_SM90
@@ -179,7 +180,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     constexpr int BB = NT * 128;              /* B bytes per stage: NT rows x 64 bf16 */
     /* stage = B + W + S rounded up to 1 KB (B stays 1 KB aligned for the 128B swizzle) */
     constexpr int STAGE = (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
-    constexpr int NST = WG_RING / STAGE; /* 6 for 128 tokens, 9 for 64: bytes in flight */
+    constexpr int NST = WG_RING / STAGE; /* 4 for 128 tokens, 6 for 64: bytes in flight */
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
     const int k = p.k, n = p.n, nk = k / WG_BK, n_wrows = GATED ? 2 * n : n;
@@ -356,7 +357,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
 /* Grid: units of two consecutive slots x column tiles, column tile fastest (the units of one
  * expert and the column tiles of one unit share weights / token rows in L2). */
 template <bool GATED>
-__global__ void __launch_bounds__(WG_THREADS, 1)
+__global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 {
 #ifdef FP4_WG_SM90

@@ -412,6 +412,25 @@ static void run_repro_case(const fp4_arch *a, const fp4_moe_weights *w, fp4_gpu_
     printf("%s forward_host kernel=%s M=%d: equal to the device path %d%s%s\n",
            same ? "PASS" : "FAIL", kn, m, same, st ? ": " : "", st ? e.msg : "");
     same ? n_pass++ : n_fail++;
+    /* the prologue alone (bench's route_us) writes the ids / weights of the whole forward */
+    size_t pk = (size_t)m * k;
+    int32_t *id0 = malloc(pk * 4), *id1 = malloc(pk * 4);
+    float *w0 = malloc(pk * 4), *w1 = malloc(pk * 4);
+    CK(cudaMemcpy(id0, b.dids, pk * 4, cudaMemcpyDeviceToHost)); /* from the last replay */
+    CK(cudaMemcpy(w0, b.dw, pk * 4, cudaMemcpyDeviceToHost));
+    poison(&b, m, H, k, s);
+    st = fp4_gpu_moe_prologue(g, kern, b.dx, m, b.dids, b.dw, b.dws, b.wsb, s, &e);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(id1, b.dids, pk * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(w1, b.dw, pk * 4, cudaMemcpyDeviceToHost));
+    same = st == FP4MOE_OK && !memcmp(id0, id1, pk * 4) && !memcmp(w0, w1, pk * 4);
+    printf("%s prologue kernel=%s M=%d: ids and weights equal to the forward's %d%s%s\n",
+           same ? "PASS" : "FAIL", kn, m, same, st ? ": " : "", st ? e.msg : "");
+    same ? n_pass++ : n_fail++;
+    free(id0);
+    free(id1);
+    free(w0);
+    free(w1);
     bufs_free(&b);
     free(x);
     free(y0);
