@@ -6,6 +6,8 @@
 #define FP4MOE_DEVICE_UTIL_CUH
 
 #include <stdint.h>
+#include <string.h>
+#include <cuda_runtime.h>
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p)
 {
@@ -84,6 +86,46 @@ static __device__ __forceinline__ float act_fn(int act, float limit, float alpha
         u = fminf(fmaxf(u, -limit), limit);
     }
     return (u + 1.f) * g / (1.f + __expf(-alpha * g));
+}
+
+/* Programmatic dependent launch (sm_90+). A kernel launched with fp4_pdl_config's attribute
+ * may start while the kernel before it on the stream is still finishing: it must call
+ * fp4_pdl_wait() before its first global memory access (the wait returns once the previous
+ * grid has completed and its writes are visible; without the attribute it returns at once).
+ * fp4_pdl_trigger() lets the next such kernel launch while this one runs. */
+static __device__ __forceinline__ void fp4_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void fp4_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/* Launch configuration with programmatic stream serialization where the current device
+ * supports it (compute capability 9.0+); at[1] holds the attribute. */
+static inline cudaLaunchConfig_t fp4_pdl_config(dim3 grid, dim3 block, size_t smem,
+                                                cudaStream_t stream, cudaLaunchAttribute *at)
+{
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+    int dev = 0, major = 0;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = cudaGetDevice(&dev) == cudaSuccess &&
+                           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                               cudaSuccess &&
+                           major >= 9
+                       ? 1
+                       : 0;
+    return cfg;
 }
 
 #endif /* FP4MOE_DEVICE_UTIL_CUH */

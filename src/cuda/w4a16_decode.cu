@@ -85,6 +85,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     __shared__ float red[KS > 1 ? DEC_WARPS : 1][RT][4][32];
     __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
     __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
+    fp4_pdl_wait(); /* the slot table and activations come from the kernel before */
+    fp4_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ks = warp % KS, rw = warp / KS;
     const int slot = blockIdx.x;
@@ -413,6 +415,8 @@ fp4_dec_prep_kernel(const int32_t *ids, const float *w, int n_pairs, int k, int 
                     float *row_w, const uint16_t *__restrict__ x, int m, int h,
                     uint16_t *__restrict__ xp)
 {
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     if (blockIdx.x > 0) {
         pair_x(x, xp, m, h, (long long)(blockIdx.x - 1) * PREP_THREADS + threadIdx.x,
                (long long)(gridDim.x - 1) * PREP_THREADS);
@@ -438,10 +442,11 @@ extern "C" cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, i
         long long nb = (units + PREP_THREADS - 1) / PREP_THREADS;
         blocks += nb < PREP_MAX_BLOCKS ? nb : PREP_MAX_BLOCKS;
     }
-    fp4_dec_prep_kernel<<<(unsigned)blocks, PREP_THREADS, 0, stream>>>(
-        ids, w, (int)pairs, k, n_experts, n_slots, tile_expert, row_src, row_dst, row_w, x, m,
-        h, xp);
-    return cudaGetLastError();
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t cfg = fp4_pdl_config(dim3((unsigned)blocks), dim3(PREP_THREADS), 0,
+                                            stream, at);
+    return cudaLaunchKernelEx(&cfg, fp4_dec_prep_kernel, ids, w, (int)pairs, k, n_experts,
+                              n_slots, tile_expert, row_src, row_dst, row_w, x, m, h, xp);
 }
 
 /* ---- small-M router: logits by many blocks, then top-k + grouping by one ---------------- */
@@ -457,6 +462,8 @@ fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ 
                       uint16_t *__restrict__ xp)
 {
     __shared__ float part[RL_THREADS / 32][FP4_DEC_TILE_T];
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int e = blockIdx.x, t0 = blockIdx.y * FP4_DEC_TILE_T;
     const long long bid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
@@ -525,6 +532,8 @@ fp4_dec_topk_group_kernel(const float *__restrict__ logits, const float *__restr
 {
     __shared__ unsigned long long tmask[FP4_DEC_MAX_EXPERTS]; /* bit t: token t chose e */
     __shared__ int tstart[FP4_DEC_MAX_EXPERTS + 1];
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;
     for (int e = tid; e < n_experts; e += TG_THREADS) tmask[e] = 0ull;
@@ -570,30 +579,33 @@ extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router
         k > n_experts || n_slots != (m * k + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T + n_experts)
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)n_experts, (unsigned)((m + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T));
-    fp4_dec_logits_kernel<<<grid, RL_THREADS, 0, stream>>>(x, router, m, h, n_experts, logits, xp);
-    cudaError_t err = cudaGetLastError();
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(RL_THREADS), 0, stream, at);
+    cudaError_t err = cudaLaunchKernelEx(&cfg, fp4_dec_logits_kernel, x, router, m, h, n_experts,
+                                         logits, xp);
     if (err != cudaSuccess) return err;
-    fp4_dec_topk_group_kernel<<<1, TG_THREADS, 0, stream>>>(
-        logits, bias, m, n_experts, k, scoring, norm_topk, scaling, ids, w, n_slots,
-        tile_expert, row_src, row_dst, row_w);
-    return cudaGetLastError();
+    cfg = fp4_pdl_config(dim3(1), dim3(TG_THREADS), 0, stream, at);
+    return cudaLaunchKernelEx(&cfg, fp4_dec_topk_group_kernel, (const float *)logits, bias, m,
+                              n_experts, k, scoring, norm_topk, scaling, ids, w, n_slots,
+                              tile_expert, row_src, row_dst, row_w);
 }
 
 template <int WF, int GATED, int KS, int RT>
-static void launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
+static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
     dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
-    fp4_dec_kernel<WF, GATED, KS, RT><<<grid, DEC_THREADS, 0, stream>>>(*p);
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), 0, stream, at);
+    return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT>, *p);
 }
 
 template <int WF, int GATED, int RT_MAX>
-static void launch_ks_rt(const fp4_dec_gemm_args *p, int ks8, int rt2, cudaStream_t stream)
+static cudaError_t launch_ks_rt(const fp4_dec_gemm_args *p, int ks8, int rt2, cudaStream_t stream)
 {
     if (ks8)
-        RT_MAX == 2 && rt2 ? launch<WF, GATED, 8, RT_MAX>(p, stream) : launch<WF, GATED, 8, 1>(p, stream);
-    else
-        RT_MAX == 2 && rt2 ? launch<WF, GATED, 1, RT_MAX>(p, stream) : launch<WF, GATED, 1, 1>(p, stream);
+        return RT_MAX == 2 && rt2 ? launch<WF, GATED, 8, RT_MAX>(p, stream) : launch<WF, GATED, 8, 1>(p, stream);
+    return RT_MAX == 2 && rt2 ? launch<WF, GATED, 1, RT_MAX>(p, stream) : launch<WF, GATED, 1, 1>(p, stream);
 }
 
 extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t stream)
@@ -616,10 +628,8 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
     if ((n_tiles + 7) / 8 > 65535) return cudaErrorInvalidValue;
     /* BF16 weights (shared experts only) always take one tile per warp: two spill. */
     if (p->wfmt == FP4_DEC_W_NVFP4)
-        p->gated ? launch_ks_rt<FP4_DEC_W_NVFP4, 1, 2>(p, ks8, rt2, stream)
-                 : launch_ks_rt<FP4_DEC_W_NVFP4, 0, 2>(p, ks8, rt2, stream);
-    else
-        p->gated ? launch_ks_rt<FP4_DEC_W_BF16, 1, 1>(p, ks8, rt2, stream)
-                 : launch_ks_rt<FP4_DEC_W_BF16, 0, 1>(p, ks8, rt2, stream);
-    return cudaGetLastError();
+        return p->gated ? launch_ks_rt<FP4_DEC_W_NVFP4, 1, 2>(p, ks8, rt2, stream)
+                        : launch_ks_rt<FP4_DEC_W_NVFP4, 0, 2>(p, ks8, rt2, stream);
+    return p->gated ? launch_ks_rt<FP4_DEC_W_BF16, 1, 1>(p, ks8, rt2, stream)
+                    : launch_ks_rt<FP4_DEC_W_BF16, 0, 1>(p, ks8, rt2, stream);
 }
