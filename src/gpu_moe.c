@@ -473,6 +473,8 @@ fail_staging:
     return st;
 }
 
+#define DEC_FUSED_ROUTER_MAX_M 32 /* <= FP4_DEC_ROUTE_MAX_M */
+
 /* The decode pipeline (FP4_GPU_K_DECODE): route + prep (grouping into 8-token slots, x in
  * the paired layout; two launches) -> FC1 -> FC2 [-> shared FC1 -> shared FC2] -> combine.
  * Grids are fixed by M (slot bound fp4_dec_active_slots), so the forward stays capturable. */
@@ -490,9 +492,10 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     int act = a->act == FP4_ACT_SWIGLUOAI;
     cudaError_t err;
 
-    if (m <= FP4_DEC_ROUTE_MAX_M && H <= FP4_DEC_ROUTE_MAX_H) {
-        /* small M: the per-token router kernel re-reads the router matrix per token with one
-         * block each (latency bound); this one reads each router row once */
+    if (m <= DEC_FUSED_ROUTER_MAX_M && H <= FP4_DEC_ROUTE_MAX_H) {
+        /* small M: the fp32 logits kernel reads each router row once and one block does top-k
+         * and the grouping (two launches); from 64 tokens the tensor-core router plus the
+         * grouping kernel is faster (H200: prologue 44.5 vs ~31 us at M=64, equal near 32) */
         err = fp4_dec_route_prep(x_bf16, g->router, g->bias, m, H, E, k,
                                  a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk,
                                  a->routed_scaling, (float *)(ws + l->logits), ids, wts,
