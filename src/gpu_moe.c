@@ -7,7 +7,7 @@
  *   routed W13 [E][2I][H/2] packed e2m1, gate rows then up rows, bytes permuted per 32-byte
  *   group (fp4_mma_permute_row); S13 [E][2I][H/16] e4m3 linear; G13 [E][2] fp32 (gate, up);
  *   W2 [E][H][I/2] permuted, S2 [E][H][I/16], G2 [E]. Router [E, H] fp32 (the decode router)
- *   and as three bf16 planes [3][E, H] (fp4_moe_route_split: the tensor-core router), bias [E].
+ *   and as three bf16 planes [3][E, H] (fp4_gpu_router_split: the tensor-core router), bias [E].
  *   Shared expert: nvfp4 -> the same layout with E = 1; mxfp8 / bf16 -> bf16 [2Is][H], [H][Is].
  * FP4_GPU_K_DECODE (src/cuda/w4a16_decode.cuh) reads the same weight layout; its activations
  * are bf16 in a "paired" K order (fp4_dec_pair_pos) for nvfp4 weights.
@@ -20,6 +20,7 @@
  */
 #include "gpu_moe.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,30 @@ const char *fp4_gpu_kernel_name(fp4_gpu_kernel k)
     case FP4_GPU_K_COUNT: break;
     }
     return "unknown";
+}
+
+/* bf16 bits of f truncated toward zero: f minus their value is exact in fp32. */
+static uint16_t bf16_trunc(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+void fp4_gpu_router_split(const float *router, size_t n, uint16_t *planes)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float r = router[i];
+        uint16_t hi = bf16_trunc(r), mid = 0, lo = 0;
+        if (isfinite(r)) {
+            const float r1 = r - fp4moe_bf16_to_float(hi); /* the low 16 significant bits */
+            mid = bf16_trunc(r1);
+            lo = bf16_trunc(r1 - fp4moe_bf16_to_float(mid)); /* at most 8 bits left: exact */
+        }
+        planes[i] = hi;
+        planes[n + i] = mid;
+        planes[2 * n + i] = lo;
+    }
 }
 
 #ifndef FP4MOE_WITH_CUDA
@@ -112,7 +137,7 @@ struct fp4_gpu_moe {
     int has_shared, shared_inter;           /* Is */
     int shared_fmt;                         /* fp4_mma_wfmt of the shared expert */
     float *router, *bias;                   /* [E, H], [E] or NULL */
-    uint16_t *router_planes;                /* [3][E, H] bf16 (fp4_moe_route_split) */
+    uint16_t *router_planes;                /* [3][E, H] bf16 (fp4_gpu_router_split) */
     uint8_t *w13, *s13, *w2, *s2;           /* routed, layout above */
     float *g13, *g2;                        /* [E][2], [E] */
     uint8_t *sh_w13, *sh_s13, *sh_w2, *sh_s2; /* shared nvfp4 */
@@ -214,9 +239,10 @@ size_t fp4_gpu_moe_workspace_for(const fp4_arch *a, int max_tokens)
 void fp4_gpu_moe_destroy(fp4_gpu_moe *g)
 {
     if (!g) return;
-    void *ptrs[] = {g->router, g->router_planes, g->bias, g->w13,    g->s13,    g->w2,     g->s2,
-                    g->g13,    g->g2,     g->sh_w13, g->sh_s13, g->sh_w2,  g->sh_s2,
-                    g->sh_g13, g->sh_g2,  g->sh_b13, g->sh_b2};
+    void *ptrs[] = {g->router, g->router_planes, g->bias,   g->w13,   g->s13,
+                    g->w2,     g->s2,            g->g13,    g->g2,    g->sh_w13,
+                    g->sh_s13, g->sh_w2,         g->sh_s2,  g->sh_g13, g->sh_g2,
+                    g->sh_b13, g->sh_b2};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i]) cudaFree(ptrs[i]);
     free(g);
@@ -432,7 +458,7 @@ fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
             st = fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE: router planes");
             goto fail_staging;
         }
-        fp4_moe_route_split(w->router, n, planes);
+        fp4_gpu_router_split(w->router, n, planes);
         /* a pageable copy has left the host buffer when cudaMemcpy returns */
         if (!(st = dev_alloc((void **)&g->router_planes, 3 * n * 2, "router planes", e)))
             st = upload(g->router_planes, planes, 3 * n * 2, "router planes upload", e);
@@ -494,8 +520,8 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
 
     if (m <= DEC_FUSED_ROUTER_MAX_M && H <= FP4_DEC_ROUTE_MAX_H) {
         /* small M: the fp32 logits kernel reads each router row once and one block does top-k
-         * and the grouping (two launches); from 64 tokens the tensor-core router plus the
-         * grouping kernel is faster (H200: prologue 44.5 vs ~31 us at M=64, equal near 32) */
+         * and the grouping (two launches). Above 32 tokens the tensor-core router plus the
+         * decode prep is faster (H200, tp8 top-8 M=64: prologue 44.5 -> 20.9 us). */
         err = fp4_dec_route_prep(x_bf16, g->router, g->bias, m, H, E, k,
                                  a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk,
                                  a->routed_scaling, (float *)(ws + l->logits), ids, wts,

@@ -36,6 +36,12 @@ const char *fp4_gpu_kernel_name(fp4_gpu_kernel k); /* "mma", "decode", "sm90-wgm
 int fp4_gpu_device_count(void);
 int fp4_gpu_device_cc(int *major, int *minor); /* returns 0 when no device */
 
+/* The router [n] fp32 as the tensor-core router reads it: planes [3][n] bf16 (hi, mid, lo),
+ * hi and mid truncated, so that hi + mid + lo == router[i] exactly (24 significant bits =
+ * 8 + 8 + at most 8; exact for |router[i]| >= 2^-110, where the last part keeps every bit).
+ * Non-finite values: hi alone (mid = lo = 0). Host code, in every build. */
+void fp4_gpu_router_split(const float *router, size_t n, uint16_t *planes);
+
 typedef struct fp4_gpu_moe fp4_gpu_moe;
 
 fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,

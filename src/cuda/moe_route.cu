@@ -5,7 +5,7 @@
  * chosen k (if configured) and times routed_scaling_factor.
  *
  * Logits on the BF16 tensor cores at fp32 precision: the router is stored as three bf16
- * planes (fp4_moe_route_split: hi + mid + lo == the fp32 value exactly), each product of a
+ * planes (fp4_gpu_router_split: hi + mid + lo == the fp32 value exactly), each product of a
  * bf16 x by a plane is exact in fp32, and mma.sync accumulates in fp32 - so a logit carries
  * the rounding of an fp32 dot product (not the reference's double), at a third of the
  * tensor-core rate instead of the fp32 FMA rate.
@@ -62,39 +62,7 @@ extern "C" size_t fp4_moe_route_scratch_bytes(int m, int n_experts)
     return (size_t)rows * (size_t)n_experts * sizeof(float);
 }
 
-/* bf16 bits of f truncated (round toward zero): f - result is exact in fp32. */
-static uint16_t bf16_trunc(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_value(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-extern "C" void fp4_moe_route_split(const float *router, size_t n, uint16_t *planes)
-{
-    for (size_t i = 0; i < n; i++) {
-        const float r = router[i];
-        uint16_t hi = bf16_trunc(r), mid = 0, lo = 0;
-        if (isfinite(r)) { /* 24 significant bits: 8 + 8 by truncation, the last 8 exact */
-            const float r1 = r - bf16_value(hi);
-            mid = bf16_trunc(r1);
-            lo = bf16_trunc(r1 - bf16_value(mid));
-        }
-        planes[i] = hi;
-        planes[n + i] = mid;
-        planes[2 * n + i] = lo;
-    }
-}
-
-__global__ void __launch_bounds__(ROUTE_THREADS)
+__global__ void __launch_bounds__(ROUTE_THREADS, 3) /* 3 per SM: shared memory */
 fp4_route_logits_kernel(const uint16_t *__restrict__ x, const uint16_t *__restrict__ planes,
                         int m, int h, int n_experts, int split, float *__restrict__ part)
 {

@@ -22,11 +22,8 @@ cudaError_t fp4_moe_route_init(void);
  * that never decreases with m, min(32 m, max(m, 32768 / ceil(E / 64))) * E floats. */
 size_t fp4_moe_route_scratch_bytes(int m, int n_experts);
 
-/* The router in the form fp4_moe_route reads: planes [3][n] bf16 (hi, mid, lo) with
- * hi + mid + lo == router[i] exactly for every finite value (non-finite: hi alone). Host. */
-void fp4_moe_route_split(const float *router, size_t n, uint16_t *planes);
-
-/* Per token t < m: logits = router[E, H] . x[t] (bf16 x, router from its planes, fp32
+/* Per token t < m: logits = router[E, H] . x[t] (bf16 x; planes: the router as three bf16
+ * planes [3][E, H], fp4_gpu_router_split in gpu_moe.h; fp32
  * accumulation on the tensor cores); p = sigmoid or softmax (scoring 0/1); top-k by p + bias
  * (bias may be NULL), ties to the lower id, ids in descending selection order; w = p
  * (renormalized over the k chosen if norm_topk) * scaling. ids[m, k], w[m, k].
