@@ -2,8 +2,9 @@
 # run_all.sh BUILD_DIR - run the GPU tests from a prebuilt build directory (made with
 # -DFP4MOE_WITH_CUDA=ON) on a machine with a CUDA device; logs go under $OUT (default ./gpu-logs).
 # Usage from the repository root: tests/gpu/run_all.sh build-gpu
-# test_gpu_moe checks both kernels (mma, decode); FP4MOE_GPU_TIMING=1 in the environment adds
-# its timing table (both kernels, tp8, M 1..256). Also runs compute-sanitizer memcheck on the small cases when it is installed
+# test_gpu_moe checks every kernel (mma, decode, sm90-wgmma on sm_90); FP4MOE_GPU_TIMING=1 in
+# the environment adds its timing table (tp8, M 1..256). Also runs compute-sanitizer memcheck
+# on the small cases when it is installed
 # (FP4MOE_GPU_SANITIZE=0 skips it). Time limits: FP4MOE_GPU_TEST_TIMEOUT (300 s per test),
 # FP4MOE_GPU_SANITIZE_TIMEOUT (150 s). Exit status: non-zero if any test failed.
 set -u

@@ -1,7 +1,7 @@
 /*
- * test_gpu_moe.c - the GPU W4A16 MoE pipeline (src/gpu_moe.h), every case with both kernels
- * (FP4_GPU_K_MMA, FP4_GPU_K_DECODE and, on sm_90, FP4_GPU_K_SM90_WGMMA) against one CPU reference fp4_ref_moe_forward on
- * random in-memory layers (DESIGN.md section 6):
+ * test_gpu_moe.c - the GPU W4A16 MoE pipeline (src/gpu_moe.h), every case with every kernel
+ * (FP4_GPU_K_MMA, FP4_GPU_K_DECODE and, on sm_90, FP4_GPU_K_SM90_WGMMA) against one CPU
+ * reference fp4_ref_moe_forward on random in-memory layers (DESIGN.md section 6):
  * random packed e2m1, e4m3 block scales among normal codes, global scales 1e-3..1e-2,
  * x ~ N(0, 1) rounded to bf16 (the reference gets the same bf16 values).
  * Metric: ||y - ref|| / ||ref|| < 1e-2 (bf16 activations and a bf16 intermediate land near
@@ -13,11 +13,12 @@
  * on 64 sampled rows: the CPU reference is the slow part (2 threads), and the whole suite
  * must stay under ~2 minutes. Skewed routing: router bias +0.5 on experts 0 and 1 and -100 on
  * the last one (which then gets no tokens unless top-k = E). Also: CUDA-graph capture and
- * replay gives the same bits; forward_host gives the same bits as the device path.
+ * replay gives the same bits; forward_host gives the same bits as the device path; the
+ * prologue alone (fp4_gpu_moe_prologue) writes the forward's top-k ids and weights.
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 only (for
  * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
- * tp8 shape, both kernels, top-8 and top-4, with and without the shared expert, M = 1 .. 256,
+ * tp8 shape, every kernel, top-8 and top-4, with and without the shared expert, M = 1 .. 256,
  * graph replay of the whole forward, L2 flushed (256 MB memset) before every replay, median.
  * FP4MOE_GPU_TIMING=profile runs only a short timing pass (top-8, M 1, 8, 64, one replay
  * each) for a profiler such as ncu.
