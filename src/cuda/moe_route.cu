@@ -17,9 +17,6 @@
  *     scores and top-k.
  * Limits: E <= 256, H <= 16384 and H % 32 == 0; the 64-expert tile wastes work for E < 64.
  */
-#include <math.h>
-#include <string.h>
-
 #include "moe_route.cuh"
 #include "device_util.cuh"
 #include "route_select.cuh"
