@@ -4,9 +4,10 @@
  * stream of launches (route -> group -> FC1 -> FC2 -> shared FC1/FC2 -> combine) with no
  * host synchronisation and grids fixed by M, so it can be captured in a CUDA graph.
  * Device layout (FP4_GPU_K_MMA, see src/cuda/w4a16_mma_gemm.cuh):
- *   routed W13 [E][2I][H/2] packed e2m1, gate rows then up rows, bytes permuted per 32-byte
- *   group (fp4_mma_permute_row); S13 [E][2I][H/16] e4m3 linear; G13 [E][2] fp32 (gate, up);
- *   W2 [E][H][I/2] permuted, S2 [E][H][I/16], G2 [E]. Router [E, H] fp32 (the decode router)
+ *   routed W13 [E][2I][H/2] packed e2m1, gate rows then up rows, and S13 [E][2I][H/16] block
+ *   scales, both packed by fp4_gpu_pack_nvfp4 (gpu_pack.h: bytes permuted per 32-byte group,
+ *   scales as e5m3 words); G13 [E][2] fp32 (gate, up); W2 [E][H][I/2], S2 [E][H][I/16] packed
+ *   the same way, G2 [E]. Router [E, H] fp32 (the decode router)
  *   and as three bf16 planes [3][E, H] (fp4_gpu_router_split: the tensor-core router), bias [E].
  *   Shared expert: nvfp4 -> the same layout with E = 1; mxfp8 / bf16 -> bf16 [2Is][H], [H][Is].
  * FP4_GPU_K_DECODE (src/cuda/w4a16_decode.cuh) reads the same weight layout; its activations
@@ -19,6 +20,7 @@
  * Without FP4MOE_WITH_CUDA every call returns FP4MOE_ERR_NOT_SUPPORTED.
  */
 #include "gpu_moe.h"
+#include "gpu_pack.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -289,12 +291,18 @@ static fp4moe_status check_linear(const fp4_linear *l, int need_nvfp4, int n, in
     return FP4MOE_OK;
 }
 
-/* Append one nvfp4 linear's rows (permuted) and scales into host staging buffers. */
-static void stage_nvfp4(const fp4_linear *l, uint8_t *wq, uint8_t *ws)
+/* One nvfp4 linear into host staging buffers in the kernels' layout (gpu_pack.h); name is
+ * e.g. "expert 5 gate". A NaN block scale cannot be packed: a format error naming it. */
+static fp4moe_status stage_nvfp4(const fp4_linear *l, uint8_t *wq, uint8_t *ws, int layer,
+                                 const char *name, fp4_err *e)
 {
-    for (int r = 0; r < l->n; r++)
-        fp4_mma_permute_row(l->w + (size_t)r * (l->k / 2), wq + (size_t)r * (l->k / 2), l->k);
-    memcpy(ws, l->scale, (size_t)l->n * (l->k / 16));
+    size_t bad = 0;
+    if (fp4_gpu_pack_nvfp4(l->w, l->scale, l->n, l->k, wq, ws, &bad))
+        return fp4_fail(e, FP4MOE_ERR_FORMAT,
+                        "GPU MoE: layer %d %s: block scale [%zu, %zu] is an e4m3 NaN (0x%02x); "
+                        "nvfp4 block scales must be finite", layer, name, bad / (l->k / 16),
+                        bad % (l->k / 16), l->scale[bad]);
+    return FP4MOE_OK;
 }
 
 /* Dequantize a bf16 or mxfp8 linear to bf16 rows (exact for both). */
@@ -312,22 +320,28 @@ static void stage_bf16(const fp4_linear *l, uint16_t *out, float *tmp_row)
     }
 }
 
-/* Upload gate/up (stacked) and down of one expert-like triple in nvfp4 at index idx. */
+/* Upload gate/up (stacked) and down of one expert-like triple in nvfp4 at index idx; who is
+ * "expert 5" or "shared expert" (for error messages). */
 static fp4moe_status upload_nvfp4_triple(const fp4_linear *gate, const fp4_linear *up,
                                          const fp4_linear *down, int idx, uint8_t *w13,
                                          uint8_t *s13, uint8_t *w2, uint8_t *s2, float *g13,
-                                         float *g2, uint8_t *hw, uint8_t *hs, fp4_err *e)
+                                         float *g2, uint8_t *hw, uint8_t *hs, int layer,
+                                         const char *who, fp4_err *e)
 {
     int i = gate->n, h = gate->k;
     size_t q13 = (size_t)2 * i * (h / 2), c13 = (size_t)2 * i * (h / 16);
     size_t q2 = (size_t)h * (i / 2), c2 = (size_t)h * (i / 16);
+    char name[64];
     fp4moe_status st;
-    stage_nvfp4(gate, hw, hs);
-    stage_nvfp4(up, hw + q13 / 2, hs + c13 / 2);
+    snprintf(name, sizeof name, "%s gate", who);
+    if ((st = stage_nvfp4(gate, hw, hs, layer, name, e))) return st;
+    snprintf(name, sizeof name, "%s up", who);
+    if ((st = stage_nvfp4(up, hw + q13 / 2, hs + c13 / 2, layer, name, e))) return st;
     if ((st = upload(w13 + idx * q13, hw, q13, "W13 upload", e)) ||
         (st = upload(s13 + idx * c13, hs, c13, "S13 upload", e)))
         return st;
-    stage_nvfp4(down, hw, hs);
+    snprintf(name, sizeof name, "%s down", who);
+    if ((st = stage_nvfp4(down, hw, hs, layer, name, e))) return st;
     if ((st = upload(w2 + idx * q2, hw, q2, "W2 upload", e)) ||
         (st = upload(s2 + idx * c2, hs, c2, "S2 upload", e)))
         return st;
@@ -360,7 +374,7 @@ static fp4moe_status load_shared(fp4_gpu_moe *g, const fp4_moe_weights *w, uint8
             (st = dev_alloc((void **)&g->sh_g2, sizeof(float), "shared G2", e)))
             return st;
         return upload_nvfp4_triple(sg, su, sd, 0, g->sh_w13, g->sh_s13, g->sh_w2, g->sh_s2,
-                                   g->sh_g13, g->sh_g2, hw, hs, e);
+                                   g->sh_g13, g->sh_g2, hw, hs, L, "shared expert", e);
     }
     /* Mixed or non-nvfp4: everything to bf16 (nvfp4 parts dequantized exactly as well). */
     g->shared_fmt = FP4_MMA_W_BF16;
@@ -476,10 +490,13 @@ fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
         (st = dev_alloc((void **)&g->g13, (size_t)E * 8, "G13", e)) ||
         (st = dev_alloc((void **)&g->g2, (size_t)E * 4, "G2", e)))
         goto fail_staging;
-    for (int x = 0; x < E; x++)
+    for (int x = 0; x < E; x++) {
+        char who[32];
+        snprintf(who, sizeof who, "expert %d", x);
         if ((st = upload_nvfp4_triple(&w->gate[x], &w->up[x], &w->down[x], x, g->w13, g->s13,
-                                      g->w2, g->s2, g->g13, g->g2, hw, hs, e)))
+                                      g->w2, g->s2, g->g13, g->g2, hw, hs, L, who, e)))
             goto fail_staging;
+    }
     if (g->has_shared && (st = load_shared(g, w, hw, hs, e))) goto fail_staging;
     /* cudaMemcpy from pageable memory may return before its DMA lands, and forward runs on
      * the caller's stream (possibly non-blocking): finish the uploads here. */

@@ -75,6 +75,31 @@ static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
     return d;
 }
 
+/* Packed NVFP4 block scales (src/gpu_pack.h): one word per row and 64-group, bytes (c0, c2,
+ * c1, c3) in unsigned e5m3 (bias 10). The bf16 of code b times 2^K is (b << 4) + ((117 + K)
+ * << 7), exact for every finite e4m3 scale and K <= 119; these give pairs of them. */
+template <int K> static __device__ __forceinline__ uint32_t fp4_scale_bias2(void)
+{
+    static_assert(K >= -100 && K <= 119, "packed scale exponent offset out of range");
+    return (uint32_t)(117 + K) * 0x00800080u;
+}
+
+/* Blocks (c0, c1) and (c2, c3) of a packed word, as bf16x2 of scale * 2^K. */
+template <int K>
+static __device__ __forceinline__ void fp4_scale_pairs(uint32_t v, uint32_t &s01, uint32_t &s23)
+{
+    s01 = (v & 0x00ff00ffu) * 16u + fp4_scale_bias2<K>();
+    s23 = ((v >> 4) & 0x0ff00ff0u) + fp4_scale_bias2<K>();
+}
+
+/* Block j's scale of a packed word in both halves of a bf16x2, times 2^K (j: a constant
+ * after unrolling). */
+template <int K> static __device__ __forceinline__ uint32_t fp4_scale_dup(uint32_t v, int j)
+{
+    const uint32_t b = (j & 1) * 2 + (j >> 1); /* byte of block j */
+    return __byte_perm(v, 0u, 0x4040u | b | (b << 8)) * 16u + fp4_scale_bias2<K>();
+}
+
 /* Expert activation of a gate / up pair: act 0 silu(g) * u; 1 swigluoai with clamp limit
  * (0: none) and alpha (DESIGN.md section 4). */
 static __device__ __forceinline__ float act_fn(int act, float limit, float alpha, float g,

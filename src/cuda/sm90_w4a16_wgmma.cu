@@ -6,7 +6,8 @@
  * Shape of the product: D[weight rows x tokens] = W[rows x K] * X^T[K x tokens]. The NVFP4
  * weights are the wgmma A operand, dequantized into registers (wgmma takes A from registers;
  * B must be in shared memory): e2m1 codes become exact BF16 through byte-permute table
- * look-ups, times the e4m3 block scale as BF16 (e2m1 * e4m3 is exact in BF16); the fp32
+ * look-ups, times the block scale as BF16 (packed at load, src/gpu_pack.h: a byte permute, a
+ * shift and an add; e2m1 * e4m3 is exact in BF16); the fp32
  * global scale goes on the accumulator. The token rows are gathered per row index with
  * cp.async into shared memory as the K-major B operand in the 128-byte-swizzled layout of the
  * wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
@@ -21,12 +22,10 @@
  * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
  * fp32 rows staged in shared memory, 16-byte stores.
  * Limits: NVFP4 weights only; k % 64 == 0, n % 64 == 0 (plain: a last half tile of 64
- * columns is masked); a and out 16-byte aligned. e4m3 NaN scale codes are not special-cased.
+ * columns is masked); a and out 16-byte aligned.
  * Built for sm_90a; in other targets the kernel body traps and the launcher refuses (init).
  */
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "sm90_w4a16_wgmma.cuh"
@@ -139,24 +138,6 @@ static __device__ __forceinline__ void e2m1x8_to_bf16(uint32_t w, uint32_t r[4])
     r[3] = prmt(lo, hi, 0x7362u);
 }
 
-/* Four e4m3 block scales (byte i) -> four bf16x2, each scale in both halves. Exact: e4m3 ->
- * f16 -> f32 are exact and the f32 has at most 4 significant bits, so its top half is it. */
-static __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t s, uint32_t d[4])
-{
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
-            (__nv_fp8x2_storage_t)((s >> (16 * h)) & 0xffffu), __NV_E4M3);
-        __half_raw lo, hi;
-        lo.x = r.x;
-        hi.x = r.y;
-        uint32_t f0 = __float_as_uint(__half2float(__half(lo)));
-        uint32_t f1 = __float_as_uint(__half2float(__half(hi)));
-        d[2 * h] = prmt(f0, f0, 0x3232u);
-        d[2 * h + 1] = prmt(f1, f1, 0x3232u);
-    }
-}
-
 /* Weight row (within the expert) of shared-memory row sr of the CTA's 128, or -1.
  * Gated: sr = 64 v + 16 w + 8 h + g -> column c = ctile*64 + 32 v + 8 w + g, gate row c for
  * h = 0, up row n + c for h = 1 (the warp's accumulator rows g and g+8). Plain: ctile*128+sr. */
@@ -240,8 +221,11 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         uint32_t s0w = *(const uint32_t *)(base + BB + WG_W_BYTES + rg * 4);
         uint32_t s1w = *(const uint32_t *)(base + BB + WG_W_BYTES + (rg + 8) * 4);
         uint32_t s0[4], s1[4], r[4];
-        e4m3x4_to_bf16x2(s0w, s0);
-        e4m3x4_to_bf16x2(s1w, s1);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            s0[j] = fp4_scale_dup<0>(s0w, j);
+            s1[j] = fp4_scale_dup<0>(s1w, j);
+        }
 #pragma unroll
         for (int half = 0; half < 2; half++) { /* blocks 2 half, 2 half + 1 */
             e2m1x8_to_bf16(half ? q0.y : q0.x, r);

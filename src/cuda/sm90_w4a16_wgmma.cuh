@@ -1,7 +1,7 @@
 /*
  * sm90_w4a16_wgmma.cuh - launcher of the Hopper (sm_90a) grouped MoE GEMM on wgmma
  * (sm90_w4a16_wgmma.cu). Same contract as fp4_mma_gemm (w4a16_mma_gemm.cuh): the same
- * fp4_mma_gemm_args, the same load-time NVFP4 layout (fp4_mma_permute_row), the same grouping
+ * fp4_mma_gemm_args, the same load-time NVFP4 layout (src/gpu_pack.h), the same grouping
  * tables of 64-row tile slots, the same outputs. NVFP4 weights only (BF16 weights: use
  * fp4_mma_gemm). C-callable.
  */

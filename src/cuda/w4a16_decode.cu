@@ -11,10 +11,9 @@
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
  * fragments. K slices are reduced through shared memory in a fixed order (deterministic).
  * Dequantization (exact): an e2m1 nibble moved to bf16 bits 6..8 (+ sign to bit 15) is the
- * code value times 2^-126; the e4m3 block scale becomes bf16 times 2^119 (bit move, two
- * power-of-2 products); their
- * bf16x2 product (one fma) is w * s * 2^-7, normal, exact; the epilogue multiplies by 2^7
- * and the fp32 global scale. The virtual K order inside each 32-element half of the
+ * code value times 2^-126; the packed block scale (src/gpu_pack.h) becomes bf16 times 2^119
+ * (a mask, a shift and an add); their bf16x2 product (one fma) is w * s * 2^-7, normal,
+ * exact; the epilogue multiplies by 2^7 and the fp32 global scale. The virtual K order inside each 32-element half of the
  * NVFP4 64-group: lane quad t's packed word gives nibble pairs (k, k + 16); the activations
  * are stored "paired" to match (fp4_dec_pair_pos) by fp4_dec_prep and by the FC1 epilogue.
  * Also here: the prologue kernels. fp4_dec_prep groups (token, slot) pairs into 8-token slots
@@ -22,8 +21,7 @@
  * logits kernel that reads each router row once and a one-block top-k + grouping kernel
  * (warp per token, warp-reduction picks, token masks per expert, parallel prefix; rows of
  * an expert in token order, deterministic).
- * Limits: K % 64 == 0; gated n % 8 == 0; plain n % 16 == 0; E <= 256. NaN e4m3 scale codes
- * are not special-cased.
+ * Limits: K % 64 == 0; gated n % 8 == 0; plain n % 16 == 0; E <= 256.
  */
 #include <cuda_bf16.h>
 
@@ -51,20 +49,6 @@ static __device__ __forceinline__ uint32_t e2m1_pair(uint32_t q)
 {
     uint32_t a = q << (12 - 4 * P);
     return (a & 0x80008000u) | ((a >> 6) & 0x01c001c0u);
-}
-
-/* The 4 e4m3 block scales of one row's 64-group (byte j: block j) -> bf16x2 of scale * 2^119
- * for blocks (0, 1) and (2, 3), exact: moving the code bits into bf16 gives scale * 2^-120
- * (subnormal codes included), then two exact power-of-2 products. */
-static __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t v, uint32_t &s01,
-                                                        uint32_t &s23)
-{
-    uint32_t e = ((v & 0x007f007fu) << 4) | ((v & 0x00800080u) << 8); /* blocks 0, 2 */
-    uint32_t o = ((v >> 4) & 0x07f007f0u) | (v & 0x80008000u);        /* blocks 1, 3 */
-    e = bf16x2_mul(bf16x2_mul(e, 0x7f007f00u), 0x77807780u);           /* 2^127, 2^112 */
-    o = bf16x2_mul(bf16x2_mul(o, 0x7f007f00u), 0x77807780u);
-    s01 = __byte_perm(e, o, 0x5410);
-    s23 = __byte_perm(e, o, 0x7632);
 }
 
 /* NVFP4 main loop, per warp: a ring of RING groups in shared memory filled by cp.async
@@ -141,43 +125,46 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
         const uint32_t sdst = (uint32_t)__cvta_generic_to_shared(&sring[warp][0][sr]);
         constexpr uint32_t WSTAGE = RR * 32, SSTAGE = RR * 4; /* bytes per ring stage */
         const int ng = gb1 - gb0;
+        /* Copy sources advance by one group per issue; the stage by a wrapping counter. */
+        const uint8_t *cwp[RT];
+#pragma unroll
+        for (int j = 0; j < RT; j++) cwp[j] = cw[j] + 32 * gb0;
+        const uint8_t *csp = cs + 4 * gb0;
+        int ist = 0;
         auto issue = [&](int i) { /* copy group gb0 + i into stage i % RING, one commit */
             if (i < ng) {
-                const int gi = gb0 + i, st = i & (RING - 1);
+                const uint32_t wo = wdst + ist * WSTAGE;
 #pragma unroll
-                for (int j = 0; j < RT; j++)
-                    cp_async16_pf(wdst + st * WSTAGE + j * 512, cw[j] + 32 * gi, cw_ok[j] ? 16 : 0);
-                if (lane < RR) cp_async4(sdst + st * SSTAGE, cs + 4 * gi, cs_ok ? 4 : 0);
+                for (int j = 0; j < RT; j++) {
+                    cp_async16_pf(wo + j * 512, cwp[j], cw_ok[j] ? 16 : 0);
+                    cwp[j] += 32;
+                }
+                if (lane < RR) cp_async4(sdst + ist * SSTAGE, csp, cs_ok ? 4 : 0);
+                csp += 4;
             }
             cp_async_commit();
+            ist = (ist + 1) & (RING - 1);
         };
-        auto load_x = [&](int gi, uint4 *xv) {
-            if (xok && gi < gb1) {
-                const uint4 *xp = (const uint4 *)(xrow + 64 * gi + 16 * t);
-                xv[0] = __ldg(xp);
-                xv[1] = __ldg(xp + 1);
-            } else {
-                xv[0] = xv[1] = make_uint4(0, 0, 0, 0);
-            }
-        };
-#pragma unroll
-        for (int i = 0; i < RING - 1; i++) issue(i);
-        uint4 xv[2];
-        load_x(gb0, xv);
-        for (int i = 0; i < ng; i++) {
+        /* Activations of group gb0 + i + 1 into xn while group i computes from xc; lanes of
+         * no token keep zeros (set once). */
+        const uint4 *xp = (const uint4 *)(xrow + 64 * gb0 + 16 * t);
+        auto step = [&](int i, const uint4 (&xc)[2], uint4 (&xn)[2]) {
             cp_async_wait<RING - 2>(); /* this lane's copies of group i landed */
             __syncwarp();              /* ... and every lane's; stage (i - 1) % RING read */
             issue(i + RING - 1);
-            uint4 xn[2];
-            load_x(gb0 + i + 1, xn);
+            if (xok && i + 1 < ng) {
+                xp += 8;
+                xn[0] = __ldg(xp);
+                xn[1] = __ldg(xp + 1);
+            }
             const int st = i & (RING - 1);
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const uint2 wl = *(const uint2 *)&wring[warp][st][16 * r + g][2 * t];
                 const uint2 wh = *(const uint2 *)&wring[warp][st][16 * r + 8 + g][2 * t];
                 uint32_t scl[2], sch[2];
-                e4m3x4_to_bf16x2(sring[warp][st][16 * r + g], scl[0], scl[1]);
-                e4m3x4_to_bf16x2(sring[warp][st][16 * r + 8 + g], sch[0], sch[1]);
+                fp4_scale_pairs<119>(sring[warp][st][16 * r + g], scl[0], scl[1]);
+                fp4_scale_pairs<119>(sring[warp][st][16 * r + 8 + g], sch[0], sch[1]);
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     const uint32_t ql = c ? wl.y : wl.x;
@@ -187,16 +174,26 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                     a[1] = bf16x2_mul(e2m1_pair<0>(qh), sch[c]);
                     a[2] = bf16x2_mul(e2m1_pair<1>(ql), scl[c]);
                     a[3] = bf16x2_mul(e2m1_pair<1>(qh), sch[c]);
-                    mma_bf16(acc[r], a, xv[c].x, xv[c].y);
+                    mma_bf16(acc[r], a, xc[c].x, xc[c].y);
                     a[0] = bf16x2_mul(e2m1_pair<2>(ql), scl[c]);
                     a[1] = bf16x2_mul(e2m1_pair<2>(qh), sch[c]);
                     a[2] = bf16x2_mul(e2m1_pair<3>(ql), scl[c]);
                     a[3] = bf16x2_mul(e2m1_pair<3>(qh), sch[c]);
-                    mma_bf16(acc[r], a, xv[c].z, xv[c].w);
+                    mma_bf16(acc[r], a, xc[c].z, xc[c].w);
                 }
             }
-            xv[0] = xn[0];
-            xv[1] = xn[1];
+        };
+#pragma unroll
+        for (int i = 0; i < RING - 1; i++) issue(i);
+        uint4 xa[2], xb[2];
+        xa[0] = xa[1] = xb[0] = xb[1] = make_uint4(0, 0, 0, 0);
+        if (xok && ng > 0) {
+            xa[0] = __ldg(xp);
+            xa[1] = __ldg(xp + 1);
+        }
+        for (int i = 0; i < ng; i += 2) {
+            step(i, xa, xb);
+            if (i + 1 < ng) step(i + 1, xb, xa);
         }
     } else {
         const uint16_t *wb_lo[RT], *wb_hi[RT];

@@ -1,7 +1,7 @@
 /*
  * w4a16_decode.cuh - launchers of the decode-specialised MoE kernels (w4a16_decode.cu): few
  * tokens per expert, weights as the M operand of mma.sync m16n8k16 (swap AB), tokens as the
- * N = 8 operand. Same device weight layout as the MMA kernel (fp4_mma_permute_row). C-callable.
+ * N = 8 operand. Same device weight layout as the MMA kernel (src/gpu_pack.h). C-callable.
  */
 #ifndef FP4MOE_W4A16_DECODE_CUH
 #define FP4MOE_W4A16_DECODE_CUH
@@ -17,7 +17,7 @@ extern "C" {
 #define FP4_DEC_TILE_T 8 /* tokens per slot: the mma N width and the grouping's padding */
 
 typedef enum fp4_dec_wfmt {
-    FP4_DEC_W_NVFP4 = 0, /* wq [E][rows][K/2] permuted (fp4_mma_permute_row), ws [E][rows][K/16] */
+    FP4_DEC_W_NVFP4 = 0, /* wq [E][rows][K/2], ws [E][rows][K/16] packed (src/gpu_pack.h) */
     FP4_DEC_W_BF16       /* wb [E][rows][K] bf16 */
 } fp4_dec_wfmt;
 
@@ -57,8 +57,8 @@ typedef struct fp4_dec_gemm_args {
                                    row r writes out[r] when r < out_rows */
     const float *row_w;         /* plain: [n_slots * 8] multiplier or NULL (1) */
     int out_rows;               /* identity-mapped output bound; gated: rows of out */
-    const uint8_t *wq;          /* NVFP4 packed, permuted */
-    const uint8_t *ws;          /* NVFP4 e4m3 block scales, linear */
+    const uint8_t *wq;          /* NVFP4 codes (src/gpu_pack.h) */
+    const uint8_t *ws;          /* NVFP4 block scales, packed words (src/gpu_pack.h) */
     const uint16_t *wb;         /* BF16 weights */
     const float *gscale;        /* per expert global scale(s): [E][2] gated, [E] plain; NULL 1 */
     void *out;                  /* gated: bf16 [padded rows, n] (layout by wfmt); plain: fp32 */

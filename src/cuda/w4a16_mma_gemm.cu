@@ -1,8 +1,9 @@
 /*
  * w4a16_mma_gemm.cu - the grouped MoE GEMM of FC1 and FC2 (DESIGN.md sections 2 and 4) on
  * BF16 tensor cores through mma.sync.aligned.m16n8k16 (sm_80 and sm_90 alike).
- * NVFP4 weights: e2m1 codes and their e4m3 block scale are turned into BF16 in registers
- * (exact: the product needs at most 6 significant bits), multiplied with BF16 activations,
+ * NVFP4 weights (packed at load, src/gpu_pack.h): e2m1 codes and their block scale are turned
+ * into BF16 in registers (exact: the product needs at most 6 significant bits), multiplied
+ * with BF16 activations,
  * accumulated in fp32; the per-expert fp32 global scale is applied to the accumulator.
  * BF16 weights (shared experts converted from mxfp8/bf16 at load) take the same main loop
  * with ldmatrix B fragments.
@@ -14,7 +15,6 @@
  * 3-stage cp.async pipeline, 16-byte copies (4-byte for scales), zero fill for padding.
  * Grid: (tile slots, column tiles); slots of no expert exit at once (fixed grid from M).
  * Limits: K % 64 == 0; gated n % 64 == 0; plain n % 64 == 0 (partial 128 tiles masked).
- * e4m3 scale code 0x7f/0xff (NaN) is not special-cased.
  */
 #include <cuda_bf16.h>
 #include <string.h>
@@ -34,15 +34,6 @@
 #define WB_BYTES (BW * APAD * 2)
 #define STAGE_FP4 (A_BYTES + WQ_BYTES + WS_BYTES)
 #define STAGE_BF16 (A_BYTES + WB_BYTES)
-
-/* e4m3 code -> bf16 bits, duplicated in both halves. Exact (4 significant bits). */
-static __device__ __forceinline__ uint32_t e4m3_to_bf16x2(uint32_t code)
-{
-    uint32_t e = (code >> 3) & 15u, m = code & 7u;
-    float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;
-    uint32_t b = (__float_as_uint(v) >> 16) | ((code & 0x80u) << 8);
-    return b | (b << 16);
-}
 
 /* Two e2m1 codes (low nibble: lower k) times a bf16x2 scale -> bf16x2. The nibble's 3
  * magnitude bits go to bf16 bits 6..8 (exponent LSBs + mantissa MSB) and its sign to bit 15:
@@ -190,7 +181,7 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
                 for (int q = 0; q < 4; q++) {
                     uint32_t word = kk < 2 ? wq[q].x : wq[q].y;
                     uint32_t two = (word >> ((kk & 1) * 16)) & 0xffffu;
-                    uint32_t s2 = e4m3_to_bf16x2((sc[q] >> (kk * 8)) & 0xffu);
+                    uint32_t s2 = fp4_scale_dup<0>(sc[q], kk);
                     b0[q] = e2m1x2_to_bf16x2(two & 0xffu, s2);
                     b1[q] = e2m1x2_to_bf16x2(two >> 8, s2);
                 }
@@ -272,15 +263,6 @@ __global__ void __launch_bounds__(THREADS) fp4_w4a16_mma_kernel(const fp4_mma_ge
 __global__ void __launch_bounds__(THREADS) fp4_w16a16_mma_kernel(const fp4_mma_gemm_args p)
 {
     mma_gemm_tile(p, FP4_MMA_W_BF16);
-}
-
-extern "C" void fp4_mma_permute_row(const uint8_t *src, uint8_t *dst, int k)
-{
-    for (int g0 = 0; g0 < k / 2; g0 += 32)
-        for (int t = 0; t < 4; t++)
-            for (int j = 0; j < 4; j++)
-                for (int h = 0; h < 2; h++)
-                    dst[g0 + 8 * t + 2 * j + h] = src[g0 + 8 * j + t + 4 * h];
 }
 
 extern "C" cudaError_t fp4_mma_gemm_init(void)

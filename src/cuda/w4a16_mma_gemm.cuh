@@ -19,16 +19,9 @@ extern "C" {
 #define FP4_MMA_PLAIN_N 128 /* plain: output columns per tile (N a multiple of 64) */
 
 typedef enum fp4_mma_wfmt {
-    FP4_MMA_W_NVFP4 = 0, /* wq [E][rows][K/2] (bytes permuted, see below), ws [E][rows][K/16] */
+    FP4_MMA_W_NVFP4 = 0, /* wq [E][rows][K/2], ws [E][rows][K/16] packed (src/gpu_pack.h) */
     FP4_MMA_W_BF16       /* wb [E][rows][K] bf16 */
 } fp4_mma_wfmt;
-
-/* Load-time layout of NVFP4 weight rows for this kernel: the checkpoint's packed row
- * (element 2j in the low nibble of byte j) with the bytes of each 32-byte group (64
- * elements, four 16-element scale blocks c0..c3) reordered so that byte 8*t + 2*j + h of the
- * group holds original byte 8*j + t + 4*h (t < 4, j < 4, h < 2): lane quad t then reads its
- * mma B-fragment bytes of all four blocks with one 8-byte load. Scales stay linear. */
-void fp4_mma_permute_row(const uint8_t *src, uint8_t *dst, int k);
 
 typedef struct fp4_mma_gemm_args {
     int wfmt;                   /* fp4_mma_wfmt */
@@ -48,8 +41,8 @@ typedef struct fp4_mma_gemm_args {
                                    padded row r writes out[r] when r < out_rows */
     const float *row_w;         /* plain: [n_tiles_m * 64] multiplier, or NULL (1) */
     int out_rows;               /* identity-mapped output bound */
-    const uint8_t *wq;          /* NVFP4 packed, permuted (fp4_mma_permute_row) */
-    const uint8_t *ws;          /* NVFP4 e4m3 block scales, linear */
+    const uint8_t *wq;          /* NVFP4 codes (src/gpu_pack.h) */
+    const uint8_t *ws;          /* NVFP4 block scales, packed words (src/gpu_pack.h) */
     const uint16_t *wb;         /* BF16 weights */
     const float *gscale;        /* NVFP4: per expert fp32 global scale(s), [E][2] (gate, up)
                                    when gated, [E] when plain. NULL: 1 */

@@ -2,7 +2,8 @@
  * test_gpu_moe.c - the GPU W4A16 MoE pipeline (src/gpu_moe.h), every case with every kernel
  * (FP4_GPU_K_MMA, FP4_GPU_K_DECODE and, on sm_90, FP4_GPU_K_SM90_WGMMA) against one CPU
  * reference fp4_ref_moe_forward on random in-memory layers (DESIGN.md section 6):
- * random packed e2m1, e4m3 block scales among normal codes, global scales 1e-3..1e-2,
+ * random packed e2m1, e4m3 block scales mostly among normal codes (one in 16 any finite
+ * code of either sign: zero, subnormal, negative), global scales 1e-3..1e-2,
  * x ~ N(0, 1) rounded to bf16 (the reference gets the same bf16 values).
  * Metric: ||y - ref|| / ||ref|| < 1e-2 (bf16 activations and a bf16 intermediate land near
  * 2e-3), y finite everywhere (outputs are NaN-poisoned before every run), routing ids equal
@@ -94,8 +95,15 @@ static void make_linear(test_layer *t, fp4_linear *l, int kind, int n, int k)
     if (kind == SH_NVFP4) {
         uint8_t *w = blob(t, (size_t)n * k / 2), *s = blob(t, (size_t)n * k / 16);
         rng_bytes(w, (size_t)n * k / 2);
-        for (size_t i = 0; i < (size_t)n * k / 16; i++) /* exponent field 5..9, any mantissa */
+        /* exponent field 5..9, any mantissa; one block in 16 any finite code of either sign
+         * (zero, subnormal and negative scales: the load-time packing must keep them exact) */
+        for (size_t i = 0; i < (size_t)n * k / 16; i++) {
             s[i] = (uint8_t)(((5 + rng_u64() % 5) << 3) | (rng_u64() & 7));
+            if (rng_u64() % 16 == 0) {
+                uint8_t c = (uint8_t)(rng_u64() % 254);      /* 0x00 .. 0xfd */
+                s[i] = (uint8_t)(c >= 0x7f ? c + 1 : c);       /* skip 0x7f (NaN), ends at 0xfe */
+            }
+        }
         l->scheme.w = FP4_W_NVFP4;
         l->w = w, l->scale = s;
         l->global_scale = (float)pow(10.0, -2.0 - rng_unif());
@@ -453,6 +461,20 @@ static void run_reject_case(void)
     int ok = st == FP4MOE_ERR_NOT_SUPPORTED && strstr(e.msg, "H=96") && !g;
     printf("%s reject H=96: status %d, message '%s'\n", ok ? "PASS" : "FAIL", (int)st,
            st ? e.msg : "");
+    ok ? n_pass++ : n_fail++;
+    fp4_gpu_moe_destroy(g);
+    free_layer(&t);
+
+    /* An e4m3 NaN block scale cannot be packed: a format error naming the linear. */
+    make_layer(&t, 128, 4, 64, SH_NONE, 0);
+    set_arch(&a, &t.w, 2, 1, 0, t.w.router_bias);
+    ((uint8_t *)t.w.up[2].scale)[5 * (128 / 16) + 3] = 0xff;
+    g = NULL;
+    st = fp4_gpu_moe_create(&a, &t.w, &g, &e);
+    ok = st == FP4MOE_ERR_FORMAT && strstr(e.msg, "expert 2 up") && strstr(e.msg, "[5, 3]") &&
+         strstr(e.msg, "NaN") && !g;
+    printf("%s reject NaN block scale: status %d, message '%s'\n", ok ? "PASS" : "FAIL",
+           (int)st, st ? e.msg : "");
     ok ? n_pass++ : n_fail++;
     fp4_gpu_moe_destroy(g);
     free_layer(&t);

@@ -1,0 +1,35 @@
+/*
+ * gpu_pack.h - NVFP4 weights in the load-time layout every GPU kernel reads (host C, every
+ * build, so that the CPU tests check it). Values are unchanged: for every element, e2m1 code
+ * times block scale after packing equals the checkpoint's, exactly.
+ *
+ * Codes: the checkpoint's packed row (element 2j in the low nibble of byte j), the bytes of
+ * each 32-byte group (64 elements, scale blocks c0..c3 of 16) reordered so that byte
+ * 8*t + 2*j + h of the group holds original byte 8*j + t + 4*h (t < 4, j < 4, h < 2): lane
+ * quad t of an mma fragment reads its bytes of all four blocks with one 8-byte load.
+ * Scales: one 32-bit word per row and 64-group, bytes (c0, c2, c1, c3), each the block's
+ * |scale| as unsigned e5m3 (5 exponent bits, bias 10, 3 mantissa bits): every finite e4m3
+ * value is a normal e5m3 value (subnormal e4m3 included), so a kernel gets bf16 of scale
+ * times 2^K (K <= 119) from code b as (b << 4) + ((117 + K) << 7), with (c0, c1) and (c2, c3)
+ * two shifts and masks away from the word. Where the scale is negative the block's code signs
+ * are flipped; where it is zero (either sign) the block's codes are zeroed and its e5m3 code
+ * is 0. NaN scale codes (0x7f, 0xff) cannot be packed.
+ */
+#ifndef FP4MOE_GPU_PACK_H
+#define FP4MOE_GPU_PACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FP4_GPU_SCALE_BIAS 10 /* e5m3 exponent bias of packed scales */
+
+/* e5m3 code of |e4m3 value| (0 for a zero), or -1 for a NaN code. */
+int fp4_gpu_scale_code(uint8_t e4m3);
+
+/* Pack an NVFP4 linear [n, k] (k % 64 == 0): w [n][k/2] and scale [n][k/16] as in the
+ * checkpoint -> wq [n][k/2], ws [n][k/16] as above. Returns 0, or -1 on a NaN scale code,
+ * with *bad set to its index in scale (row * (k / 16) + block). */
+int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uint8_t *wq,
+                       uint8_t *ws, size_t *bad);
+
+#endif

@@ -1,0 +1,142 @@
+/*
+ * test_gpu_pack.c - the load-time NVFP4 layout of the GPU kernels (src/gpu_pack.h), on the
+ * CPU: every element's value must survive packing exactly. Values are computed here from the
+ * bits by the OCP formulas (e2m1: s ee m, bias 1; e4m3: s eeee mmm, bias 7, no infinities),
+ * independent of the library's codecs. The packed scale is expanded the way the kernels do
+ * it, (b << 4) + ((117 + K) << 7) read as bf16, for K = 0 (mma, sm90-wgmma) and K = 119
+ * (decode); the packed codes are read back through the kernels' byte permutation.
+ * Checks: all 256 e4m3 codes (NaN refused, zero -> 0, every other value exact at both K),
+ * then random rows with every scale code but NaN (zero, subnormal, negative) and random codes:
+ * code * scale equal for every element; NaN in a row reports its index; input untouched.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpu_pack.h"
+
+static double e2m1(int c)
+{
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    return (c & 8 ? -1 : 1) * mag[c & 7];
+}
+
+static double e4m3(int c)
+{
+    int e = (c >> 3) & 15, m = c & 7;
+    double v = e ? ldexp(1 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return c & 0x80 ? -v : v;
+}
+
+/* bf16 bits -> double (sign, 8-bit exponent, 7-bit mantissa, subnormals) */
+static double bf16(uint32_t b)
+{
+    int e = (b >> 7) & 0xff, m = b & 0x7f;
+    double v = e ? ldexp(1 + m / 128.0, e - 127) : ldexp(m / 128.0, -126);
+    return b & 0x8000 ? -v : v;
+}
+
+/* The kernels' expansion of a packed scale code: bf16 of scale * 2^k. */
+static double expand(int b, int k)
+{
+    return bf16(((uint32_t)b << 4) + ((uint32_t)(117 + k) << 7));
+}
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static uint32_t next32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static void check_codes(void)
+{
+    for (int c = 0; c < 256; c++) {
+        int b = fp4_gpu_scale_code((uint8_t)c);
+        if ((c & 0x7f) == 0x7f) {
+            CHECK(b == -1, "e4m3 0x%02x is NaN: code %d, expected -1", c, b);
+            continue;
+        }
+        CHECK(b >= 0 && b < 256, "e4m3 0x%02x: code %d out of range", c, b);
+        if ((c & 0x7f) == 0) {
+            CHECK(b == 0, "e4m3 0x%02x is zero: code %d, expected 0", c, b);
+            continue;
+        }
+        CHECK((b >> 3) >= 1, "e4m3 0x%02x: code 0x%02x is not normal", c, b);
+        for (int k = 0; k <= 119; k += 119) {
+            double want = ldexp(fabs(e4m3(c)), k), got = expand(b, k);
+            CHECK(got == want, "e4m3 0x%02x K=%d: expanded %.17g, expected %.17g", c, k, got,
+                  want);
+        }
+    }
+}
+
+/* Original (row, element) of packed byte position: inverse of the permutation. */
+static int packed_code(const uint8_t *wq_row, int elem)
+{
+    int g0 = elem / 64 * 32, byte = (elem % 64) / 2; /* original byte in its group */
+    int j = byte / 8, t = byte % 4, h = (byte % 8) / 4; /* byte = 8 j + t + 4 h */
+    uint8_t v = wq_row[g0 + 8 * t + 2 * j + h];
+    return elem & 1 ? v >> 4 : v & 15;
+}
+
+static void check_rows(void)
+{
+    enum { N = 7, K = 256, NB = K / 16 };
+    static uint8_t w[N * K / 2], s[N * NB], w0[N * K / 2], s0[N * NB], wq[N * K / 2], ws[N * NB];
+    for (int rep = 0; rep < 40; rep++) {
+        for (size_t i = 0; i < sizeof w; i++) w[i] = (uint8_t)next32();
+        for (size_t i = 0; i < sizeof s; i++) {
+            uint8_t c = (uint8_t)next32();
+            if ((c & 0x7f) == 0x7f) c ^= 1;       /* no NaN here */
+            if (rep == 0) c = (uint8_t)(i % 8 == 0 ? 0x80 : i % 8 == 1 ? 0 : c); /* zeros */
+            s[i] = c;
+        }
+        memcpy(w0, w, sizeof w);
+        memcpy(s0, s, sizeof s);
+        size_t bad = 12345;
+        int rc = fp4_gpu_pack_nvfp4(w, s, N, K, wq, ws, &bad);
+        CHECK(rc == 0, "rep %d: pack returned %d (bad %zu)", rep, rc, bad);
+        CHECK(!memcmp(w, w0, sizeof w) && !memcmp(s, s0, sizeof s), "rep %d: input changed", rep);
+        int wrong = 0;
+        for (int r = 0; r < N; r++)
+            for (int e = 0; e < K; e++) {
+                int b = e / 16, pos[4] = {0, 2, 1, 3};
+                int code = w[r * K / 2 + e / 2] >> (4 * (e & 1)) & 15;
+                double want = e2m1(code) * e4m3(s[r * NB + b]);
+                int pc = packed_code(wq + r * K / 2, e);
+                int sc = ws[r * NB + b / 4 * 4 + pos[b % 4]];
+                for (int k = 0; k <= 119; k += 119) {
+                    double got = e2m1(pc) * ldexp(sc ? expand(sc, k) : 0.0, -k);
+                    if (got != want && wrong++ < 5)
+                        CHECK(0, "rep %d row %d elem %d (code %x, scale 0x%02x) K=%d: %.17g, "
+                              "expected %.17g", rep, r, e, code, s[r * NB + b], k, got, want);
+                }
+            }
+        CHECK(wrong == 0, "rep %d: %d elements differ", rep, wrong);
+    }
+}
+
+static void check_nan(void)
+{
+    enum { N = 3, K = 128, NB = K / 16 };
+    static uint8_t w[N * K / 2], s[N * NB], wq[N * K / 2], ws[N * NB];
+    for (size_t i = 0; i < sizeof s; i++) s[i] = 0x38;
+    s[2 * NB + 5] = 0x7f;
+    size_t bad = 0;
+    int rc = fp4_gpu_pack_nvfp4(w, s, N, K, wq, ws, &bad);
+    CHECK(rc == -1 && bad == 2 * NB + 5, "NaN scale: rc %d, bad %zu, expected -1, %d", rc, bad,
+          2 * NB + 5);
+}
+
+int main(void)
+{
+    check_codes();
+    check_rows();
+    check_nan();
+    return check_done();
+}
