@@ -187,12 +187,25 @@ int fp4_gpu_device_cc(int *major, int *minor)
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
+#define DEC_FUSED_ROUTER_MAX_M 32 /* <= FP4_DEC_ROUTE_MAX_M */
+
+/* Tokens per decode slot, the one rule: 8 while the fused small-M router groups (m <= 32) and
+ * while an expert gets at most 4 tokens on average; 16 up to 10 on average, else 32. A wider
+ * slot shares each dequantized weight fragment over 2 or 4 mma n8 tiles, so an expert whose
+ * tokens would fill two 8-token slots has its weights dequantized once, not twice. */
+static int dec_slot_tokens(int m, int k, int n_experts)
+{
+    double avg = (double)m * k / n_experts;
+    if (m <= DEC_FUSED_ROUTER_MAX_M || avg <= 4.0) return FP4_DEC_TILE_T;
+    return avg <= 10.0 ? 16 : 32;
+}
+
 static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
 {
     gpu_ws l;
     size_t pairs = (size_t)m * g->topk, off = 0;
     int dec = kernel == FP4_GPU_K_DECODE;
-    l.tile_t = dec ? FP4_DEC_TILE_T : FP4_MMA_TILE_M;
+    l.tile_t = dec ? dec_slot_tokens(m, g->topk, g->n_experts) : FP4_MMA_TILE_M;
     l.n_slots = fp4_moe_group_slots(m, g->topk, g->n_experts, l.tile_t);
     size_t rows = (size_t)l.n_slots * l.tile_t;
 #define TAKE(field, bytes) (l.field = off, off = align256(off + (bytes)))
@@ -516,8 +529,6 @@ fail_staging:
     return st;
 }
 
-#define DEC_FUSED_ROUTER_MAX_M 32 /* <= FP4_DEC_ROUTE_MAX_M */
-
 /* The decode pipeline (FP4_GPU_K_DECODE): route + prep (grouping into 8-token slots, x in
  * the paired layout; two launches) -> FC1 -> FC2 [-> shared FC1 -> shared FC2] -> combine.
  * Grids are fixed by M (slot bound fp4_dec_active_slots), so the forward stays capturable. */
@@ -548,12 +559,12 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
                             a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling,
                             ws + l->logits, l->logits_bytes, ids, wts, s);
         if (err != cudaSuccess) return cuda_fail(e, err, "route launch");
-        err = fp4_dec_prep(ids, wts, m, k, E, l->n_slots, tile_expert, row_src, row_dst,
-                           row_w, x_bf16, H, xp, s);
+        err = fp4_dec_prep(ids, wts, m, k, E, l->n_slots, l->tile_t, tile_expert, row_src,
+                           row_dst, row_w, x_bf16, H, xp, s);
     }
     if (err != cudaSuccess) return cuda_fail(e, err, "decode prep launch");
     if (prologue_only) return FP4MOE_OK;
-    int active = fp4_dec_active_slots(m, k, E);
+    int active = fp4_dec_active_slots(m, k, E, l->tile_t);
     if (active > l->n_slots) active = l->n_slots;
     /* Two m16 tiles per warp halve the activation re-reads once slots hold several tokens
      * (m k >= 2 E: two or more per expert on average); one keeps more blocks at M = 1. */
@@ -564,12 +575,13 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     p.wfmt = FP4_DEC_W_NVFP4;
     p.act = act, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
     p.gated = 1, p.n = I, p.k = H, p.n_slots = active, p.tiles_per_warp = rt;
+    p.tile_t = l->tile_t;
     p.a = xp, p.a_rows = m, p.tile_expert = tile_expert, p.row_src = row_src;
-    p.out_rows = l->n_slots * FP4_DEC_TILE_T;
+    p.out_rows = l->n_slots * l->tile_t;
     p.wq = g->w13, p.ws = g->s13, p.gscale = g->g13, p.out = abuf;
     if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "decode FC1 launch");
     p.gated = 0, p.n = H, p.k = I;
-    p.a = abuf, p.a_rows = l->n_slots * FP4_DEC_TILE_T, p.row_src = NULL;
+    p.a = abuf, p.a_rows = l->n_slots * l->tile_t, p.row_src = NULL;
     p.row_dst = row_dst, p.row_w = row_w;
     p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs;
     if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "decode FC2 launch");

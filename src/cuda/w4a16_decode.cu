@@ -59,14 +59,18 @@ static __device__ __forceinline__ uint32_t e2m1_pair(uint32_t q)
  * copies of one lane before the reads of another and the reads before the next refill. */
 #define DEC_RING_GROUPS 8 /* ring depth in 64-groups at RT 1 (RT 2: half, same bytes) */
 
-template <int WF, int GATED, int KS, int RT>
+template <int WF, int GATED, int KS, int RT, int NB>
 __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr int RW = DEC_WARPS / KS;                     /* row warps */
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     constexpr int U = 2;                                   /* BF16: 64-groups per load batch */
     constexpr int RING = NV ? DEC_RING_GROUPS / RT : 1, RR = 16 * RT;
-    __shared__ float red[KS > 1 ? DEC_WARPS : 1][RT][4][32];
+    constexpr int TT = 8 * NB;                             /* tokens per slot */
+    static_assert(NV || NB == 1, "BF16 weights: one n8 token tile per slot");
+    static_assert(RT * NB * 4 * 32 <= RING * RR * 8, "split-K partials reuse the warp's ring");
+    /* split-K partials: BF16 here, NVFP4 in the warp's own ring once its main loop is done */
+    __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
     __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
     __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
     fp4_pdl_wait(); /* the slot table and activations come from the kernel before */
@@ -78,17 +82,23 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     if (p.tile_expert) {
         expert = p.tile_expert[slot];
         if (expert < 0) return;
-    } else if (slot * FP4_DEC_TILE_T >= p.a_rows) {
+    } else if (slot * TT >= p.a_rows) {
         return;
     }
     const int g = lane >> 2, t = lane & 3, k = p.k, n = p.n;
 
-    /* B column g: token row of a (or none: its lanes load nothing and compute zeros). */
-    const int prow = slot * FP4_DEC_TILE_T + g;
-    int arow = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
-    if (!GATED && p.row_dst && p.row_dst[prow] < 0) arow = -1;
-    const bool xok = arow >= 0;
-    const uint16_t *xrow = p.a + (size_t)(xok ? arow : 0) * k;
+    /* B column g of n8 tile nb: token row of a (or none: its lanes load nothing and compute
+     * zeros). */
+    bool xok[NB];
+    const uint16_t *xrow[NB];
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+        const int prow = slot * TT + 8 * nb + g;
+        int arow = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+        if (!GATED && p.row_dst && p.row_dst[prow] < 0) arow = -1;
+        xok[nb] = arow >= 0;
+        xrow[nb] = p.a + (size_t)(xok[nb] ? arow : 0) * k;
+    }
 
     const int ngr = k >> 6, gb0 = ngr * ks / KS, gb1 = ngr * (ks + 1) / KS;
     const int n_tiles = GATED ? n / 8 : n / 16, n_wrows = GATED ? 2 * n : n;
@@ -100,12 +110,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                (GATED ? (size_t)h * n + 8 * tt + gg : (size_t)16 * tt + 8 * h + gg);
     };
     bool tok[RT]; /* tile r exists (else its rows read as zeros, nothing written) */
-    float acc[RT][4];
+    float acc[RT][NB][4];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         tok[r] = tile0 + r < n_tiles;
 #pragma unroll
-        for (int c = 0; c < 4; c++) acc[r][c] = 0.f;
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[r][nb][c] = 0.f;
     }
 
     if constexpr (NV) {
@@ -147,16 +159,20 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
         };
         /* Activations of group gb0 + i + 1 into xn while group i computes from xc; lanes of
          * no token keep zeros (set once). */
-        const uint4 *xp = (const uint4 *)(xrow + 64 * gb0 + 16 * t);
-        auto step = [&](int i, const uint4 (&xc)[2], uint4 (&xn)[2]) {
+        const uint4 *xp[NB];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) xp[nb] = (const uint4 *)(xrow[nb] + 64 * gb0 + 16 * t);
+        auto step = [&](int i, const uint4 (&xc)[NB][2], uint4 (&xn)[NB][2]) {
             cp_async_wait<RING - 2>(); /* this lane's copies of group i landed */
             __syncwarp();              /* ... and every lane's; stage (i - 1) % RING read */
             issue(i + RING - 1);
-            if (xok && i + 1 < ng) {
-                xp += 8;
-                xn[0] = __ldg(xp);
-                xn[1] = __ldg(xp + 1);
-            }
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+                if (xok[nb] && i + 1 < ng) {
+                    xp[nb] += 8;
+                    xn[nb][0] = __ldg(xp[nb]);
+                    xn[nb][1] = __ldg(xp[nb] + 1);
+                }
             const int st = i & (RING - 1);
 #pragma unroll
             for (int r = 0; r < RT; r++) {
@@ -174,22 +190,27 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                     a[1] = bf16x2_mul(e2m1_pair<0>(qh), sch[c]);
                     a[2] = bf16x2_mul(e2m1_pair<1>(ql), scl[c]);
                     a[3] = bf16x2_mul(e2m1_pair<1>(qh), sch[c]);
-                    mma_bf16(acc[r], a, xc[c].x, xc[c].y);
+#pragma unroll
+                    for (int nb = 0; nb < NB; nb++) mma_bf16(acc[r][nb], a, xc[nb][c].x, xc[nb][c].y);
                     a[0] = bf16x2_mul(e2m1_pair<2>(ql), scl[c]);
                     a[1] = bf16x2_mul(e2m1_pair<2>(qh), sch[c]);
                     a[2] = bf16x2_mul(e2m1_pair<3>(ql), scl[c]);
                     a[3] = bf16x2_mul(e2m1_pair<3>(qh), sch[c]);
-                    mma_bf16(acc[r], a, xc[c].z, xc[c].w);
+#pragma unroll
+                    for (int nb = 0; nb < NB; nb++) mma_bf16(acc[r][nb], a, xc[nb][c].z, xc[nb][c].w);
                 }
             }
         };
 #pragma unroll
         for (int i = 0; i < RING - 1; i++) issue(i);
-        uint4 xa[2], xb[2];
-        xa[0] = xa[1] = xb[0] = xb[1] = make_uint4(0, 0, 0, 0);
-        if (xok && ng > 0) {
-            xa[0] = __ldg(xp);
-            xa[1] = __ldg(xp + 1);
+        uint4 xa[NB][2], xb[NB][2];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            xa[nb][0] = xa[nb][1] = xb[nb][0] = xb[nb][1] = make_uint4(0, 0, 0, 0);
+            if (xok[nb] && ng > 0) {
+                xa[nb][0] = __ldg(xp[nb]);
+                xa[nb][1] = __ldg(xp[nb] + 1);
+            }
         }
         for (int i = 0; i < ng; i += 2) {
             step(i, xa, xb);
@@ -222,7 +243,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                     }
 #pragma unroll
                 for (int c = 0; c < 2; c++)
-                    xv[u][c] = in && xok ? __ldg((const uint4 *)(xrow + 64 * gi + 32 * c + 8 * t))
+                    xv[u][c] = in && xok[0] ? __ldg((const uint4 *)(xrow[0] + 64 * gi + 32 * c + 8 * t))
                                          : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
@@ -234,32 +255,44 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                     for (int c = 0; c < 2; c++) {
                         uint32_t a[4] = {wl[u][r][c].x, wh[u][r][c].x, wl[u][r][c].y,
                                          wh[u][r][c].y};
-                        mma_bf16(acc[r], a, xv[u][c].x, xv[u][c].y);
+                        mma_bf16(acc[r][0], a, xv[u][c].x, xv[u][c].y);
                         uint32_t a2[4] = {wl[u][r][c].z, wh[u][r][c].z, wl[u][r][c].w,
                                           wh[u][r][c].w};
-                        mma_bf16(acc[r], a2, xv[u][c].z, xv[u][c].w);
+                        mma_bf16(acc[r][0], a2, xv[u][c].z, xv[u][c].w);
                     }
             }
         }
     }
 
     if (KS > 1) { /* slice s of row warp rw is warp rw * KS + s: sum slices 0, 1, ... */
+        /* partial (r, nb, c) of warp w at rbase(w)[((r * NB + nb) * 4 + c) * 32 + lane] */
+        auto rbase = [&](int w) -> float * {
+            return NV ? (float *)&wring[w][0][0][0] : &red[w][0][0][0];
+        };
+        __syncwarp(); /* NVFP4: every lane of this warp is done reading its ring */
+        float *mine = rbase(warp);
 #pragma unroll
         for (int r = 0; r < RT; r++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) red[warp][r][c][lane] = acc[r][c];
+            for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) mine[((r * NB + nb) * 4 + c) * 32 + lane] = acc[r][nb][c];
         __syncthreads();
         if (ks != 0) return;
 #pragma unroll
-        for (int s = 1; s < KS; s++)
+        for (int s = 1; s < KS; s++) {
+            const float *o = rbase(warp + s);
 #pragma unroll
             for (int r = 0; r < RT; r++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) acc[r][c] += red[warp + s][r][c][lane];
+                for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) acc[r][nb][c] += o[((r * NB + nb) * 4 + c) * 32 + lane];
+        }
     }
 
-    /* Epilogue. acc[r][c]: weight row g (c < 2) or g + 8 (c >= 2) of tile r, token column
-     * 2t + (c & 1). */
+    /* Epilogue. acc[r][nb][c]: weight row g (c < 2) or g + 8 (c >= 2) of tile r, token
+     * column 8 nb + 2t + (c & 1) of the slot. */
     const float wscale = WF == FP4_DEC_W_NVFP4 ? 128.f : 1.f; /* undo the 2^-7 */
     if (GATED) {
         float gs_g = wscale, gs_u = wscale;
@@ -269,8 +302,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
         }
         uint16_t *out = (uint16_t *)p.out;
 #pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
         for (int j = 0; j < 2; j++) {
-            const int pr = slot * FP4_DEC_TILE_T + 2 * t + j;
+            const int pr = slot * TT + 8 * nb + 2 * t + j;
             const bool ok = p.row_src ? p.row_src[pr] >= 0 : pr < p.out_rows;
             if (!ok) continue;
 #pragma unroll
@@ -278,7 +313,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                 if (!tok[r]) continue;
                 const int i = 8 * (tile0 + r) + g;
                 const int col = WF == FP4_DEC_W_NVFP4 ? fp4_dec_pair_pos(i) : i;
-                float v = act_fn(p.act, p.limit, p.alpha, acc[r][j] * gs_g, acc[r][2 + j] * gs_u);
+                float v = act_fn(p.act, p.limit, p.alpha, acc[r][nb][j] * gs_g,
+                                 acc[r][nb][2 + j] * gs_u);
                 __nv_bfloat16 b = __float2bfloat16_rn(v);
                 out[(size_t)pr * n + col] = *(uint16_t *)&b;
             }
@@ -287,8 +323,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
         const float gs = wscale * (p.gscale ? p.gscale[expert] : 1.f);
         float *out = (float *)p.out;
 #pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
         for (int j = 0; j < 2; j++) {
-            const int pr = slot * FP4_DEC_TILE_T + 2 * t + j;
+            const int pr = slot * TT + 8 * nb + 2 * t + j;
             const int dst = p.row_dst ? p.row_dst[pr] : (pr < p.out_rows ? pr : -1);
             if (dst < 0) continue;
             const float f = gs * (p.row_w ? p.row_w[pr] : 1.f);
@@ -296,8 +334,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
             for (int r = 0; r < RT; r++) {
                 if (!tok[r]) continue;
                 float *o = out + (size_t)dst * n + 16 * (tile0 + r) + g;
-                o[0] = acc[r][j] * f;
-                o[8] = acc[r][2 + j] * f;
+                o[0] = acc[r][nb][j] * f;
+                o[8] = acc[r][nb][2 + j] * f;
             }
         }
     }
@@ -349,7 +387,7 @@ static __device__ void scan_tiles(int v, int n_experts, int *tstart)
 }
 
 /* Slot table (expert per slot, -1 past the last used slot) and every padded row emptied. */
-static __device__ void fill_slots(int n_experts, int n_slots, const int *tstart,
+static __device__ void fill_slots(int n_experts, int n_slots, int tile_t, const int *tstart,
                                   int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
                                   float *row_w)
 {
@@ -366,7 +404,7 @@ static __device__ void fill_slots(int n_experts, int n_slots, const int *tstart,
         }
         tile_expert[s] = e;
     }
-    const long long n_rows = (long long)n_slots * FP4_DEC_TILE_T;
+    const long long n_rows = (long long)n_slots * tile_t;
     for (long long r = tid; r < n_rows; r += nt) {
         row_src[r] = -1;
         row_dst[r] = -1;
@@ -374,12 +412,13 @@ static __device__ void fill_slots(int n_experts, int n_slots, const int *tstart,
     }
 }
 
-/* Grouping of the m*k pairs into 8-token slots by one whole block (the algorithm of
+/* Grouping of the m*k pairs into slots of tile_t tokens by one whole block (the algorithm of
  * moe_group.cu: any ids, order inside an expert's segment by shared-memory atomics).
  * ids / w may have been written earlier in the same kernel by this block: plain loads. */
 static __device__ void group_pairs(const int32_t *ids, const float *w, int n_pairs, int k,
-                                   int n_experts, int n_slots, int32_t *tile_expert,
-                                   int32_t *row_src, int32_t *row_dst, float *row_w)
+                                   int n_experts, int n_slots, int tile_t,
+                                   int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
+                                   float *row_w)
 {
     __shared__ int cnt[FP4_DEC_MAX_EXPERTS], tstart[FP4_DEC_MAX_EXPERTS + 1];
     const int tid = threadIdx.x, nt = blockDim.x;
@@ -390,15 +429,15 @@ static __device__ void group_pairs(const int32_t *ids, const float *w, int n_pai
         if (e >= 0 && e < n_experts) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
-    int v = tid < n_experts ? (cnt[tid] + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T : 0;
+    int v = tid < n_experts ? (cnt[tid] + tile_t - 1) / tile_t : 0;
     scan_tiles(v, n_experts, tstart);
     for (int e = tid; e < n_experts; e += nt) cnt[e] = 0; /* now the scatter cursor */
-    fill_slots(n_experts, n_slots, tstart, tile_expert, row_src, row_dst, row_w);
+    fill_slots(n_experts, n_slots, tile_t, tstart, tile_expert, row_src, row_dst, row_w);
     __syncthreads();
     for (int q = tid; q < n_pairs; q += nt) {
         int e = ids[q];
         if (e < 0 || e >= n_experts) continue;
-        int pos = tstart[e] * FP4_DEC_TILE_T + atomicAdd(&cnt[e], 1);
+        int pos = tstart[e] * tile_t + atomicAdd(&cnt[e], 1);
         row_src[pos] = q / k;
         row_dst[pos] = q;
         row_w[pos] = w[q];
@@ -408,7 +447,7 @@ static __device__ void group_pairs(const int32_t *ids, const float *w, int n_pai
 /* Block 0 groups; blocks 1.. write the paired x. */
 __global__ void __launch_bounds__(PREP_THREADS)
 fp4_dec_prep_kernel(const int32_t *ids, const float *w, int n_pairs, int k, int n_experts,
-                    int n_slots, int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
+                    int n_slots, int tile_t, int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
                     float *row_w, const uint16_t *__restrict__ x, int m, int h,
                     uint16_t *__restrict__ xp)
 {
@@ -419,18 +458,20 @@ fp4_dec_prep_kernel(const int32_t *ids, const float *w, int n_pairs, int k, int 
                (long long)(gridDim.x - 1) * PREP_THREADS);
         return;
     }
-    group_pairs(ids, w, n_pairs, k, n_experts, n_slots, tile_expert, row_src, row_dst, row_w);
+    group_pairs(ids, w, n_pairs, k, n_experts, n_slots, tile_t, tile_expert, row_src, row_dst,
+                row_w);
 }
 
 extern "C" cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, int k,
-                                    int n_experts, int n_slots, int32_t *tile_expert,
+                                    int n_experts, int n_slots, int tile_t, int32_t *tile_expert,
                                     int32_t *row_src, int32_t *row_dst, float *row_w,
                                     const uint16_t *x, int h, uint16_t *xp, cudaStream_t stream)
 {
     long long pairs = (long long)m * k;
     if (!ids || !w || !tile_expert || !row_src || !row_dst || !row_w || m < 1 || k < 1 ||
         n_experts < 1 || n_experts > FP4_DEC_MAX_EXPERTS || pairs > 0x7fffffff ||
-        n_slots != (int)((pairs + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T) + n_experts ||
+        (tile_t != 8 && tile_t != 16 && tile_t != 32) ||
+        n_slots != (int)((pairs + tile_t - 1) / tile_t) + n_experts ||
         (xp && (!x || h < 64 || h % 64)))
         return cudaErrorInvalidValue;
     long long blocks = 1;
@@ -443,7 +484,7 @@ extern "C" cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, i
     cudaLaunchConfig_t cfg = fp4_pdl_config(dim3((unsigned)blocks), dim3(PREP_THREADS), 0,
                                             stream, at);
     return cudaLaunchKernelEx(&cfg, fp4_dec_prep_kernel, ids, w, (int)pairs, k, n_experts,
-                              n_slots, tile_expert, row_src, row_dst, row_w, x, m, h, xp);
+                              n_slots, tile_t, tile_expert, row_src, row_dst, row_w, x, m, h, xp);
 }
 
 /* ---- small-M router: logits by many blocks, then top-k + grouping by one ---------------- */
@@ -550,7 +591,7 @@ fp4_dec_topk_group_kernel(const float *__restrict__ logits, const float *__restr
     scan_tiles(tid < n_experts ? (__popcll(tmask[tid]) + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T
                                : 0,
                n_experts, tstart);
-    fill_slots(n_experts, n_slots, tstart, tile_expert, row_src, row_dst, row_w);
+    fill_slots(n_experts, n_slots, FP4_DEC_TILE_T, tstart, tile_expert, row_src, row_dst, row_w);
     __syncthreads(); /* row fills before the scatter */
     const int n_pairs = m * k;
     for (int q = tid; q < n_pairs; q += TG_THREADS) {
@@ -587,30 +628,38 @@ extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router
                               tile_expert, row_src, row_dst, row_w);
 }
 
-template <int WF, int GATED, int KS, int RT>
+template <int WF, int GATED, int KS, int RT, int NB>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
     dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), 0, stream, at);
-    return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT>, *p);
+    return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT, NB>, *p);
 }
 
-template <int WF, int GATED, int RT_MAX>
-static cudaError_t launch_ks_rt(const fp4_dec_gemm_args *p, int ks8, int rt2, cudaStream_t stream)
+/* NVFP4: RT 2 for 8-token slots only; wider slots share one A fragment over NB n8 tiles. */
+template <int GATED, int KS>
+static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t stream)
 {
-    if (ks8)
-        return RT_MAX == 2 && rt2 ? launch<WF, GATED, 8, RT_MAX>(p, stream) : launch<WF, GATED, 8, 1>(p, stream);
-    return RT_MAX == 2 && rt2 ? launch<WF, GATED, 1, RT_MAX>(p, stream) : launch<WF, GATED, 1, 1>(p, stream);
+    const int NV = FP4_DEC_W_NVFP4;
+    switch (p->tile_t) {
+    case 16: return launch<NV, GATED, KS, 1, 2>(p, stream);
+    case 32: return launch<NV, GATED, KS, 1, 4>(p, stream);
+    default: return rt2 ? launch<NV, GATED, KS, 2, 1>(p, stream) : launch<NV, GATED, KS, 1, 1>(p, stream);
+    }
 }
 
 extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     if (!p || !p->a || !p->out || p->k < 64 || p->k % 64 || p->n < 16 ||
         p->n % (p->gated ? 8 : 16) || p->n_slots < 1 || p->a_rows < 1 ||
-        p->n_slots > 0x7fffffff / FP4_DEC_TILE_T || p->tiles_per_warp < 0 ||
-        p->tiles_per_warp > 2 || (!p->tile_expert && (p->row_src || p->row_dst)))
+        p->tiles_per_warp < 0 || p->tiles_per_warp > 2 ||
+        (!p->tile_expert && (p->row_src || p->row_dst)))
+        return cudaErrorInvalidValue;
+    const int tt = p->tile_t ? p->tile_t : FP4_DEC_TILE_T;
+    if ((tt != 8 && (tt != 16 && tt != 32 || p->wfmt != FP4_DEC_W_NVFP4)) ||
+        p->n_slots > 0x7fffffff / tt)
         return cudaErrorInvalidValue;
     if (p->wfmt == FP4_DEC_W_NVFP4 ? (!p->wq || !p->ws) : (p->wfmt != FP4_DEC_W_BF16 || !p->wb))
         return cudaErrorInvalidValue;
@@ -623,10 +672,12 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
     const int rt2 = p->tiles_per_warp == 2;
     const int n_tiles = p->gated ? p->n / 8 : p->n / 16;
     if ((n_tiles + 7) / 8 > 65535) return cudaErrorInvalidValue;
-    /* BF16 weights (shared experts only) always take one tile per warp: two spill. */
-    if (p->wfmt == FP4_DEC_W_NVFP4)
-        return p->gated ? launch_ks_rt<FP4_DEC_W_NVFP4, 1, 2>(p, ks8, rt2, stream)
-                        : launch_ks_rt<FP4_DEC_W_NVFP4, 0, 2>(p, ks8, rt2, stream);
-    return p->gated ? launch_ks_rt<FP4_DEC_W_BF16, 1, 1>(p, ks8, rt2, stream)
-                    : launch_ks_rt<FP4_DEC_W_BF16, 0, 1>(p, ks8, rt2, stream);
+    if (p->wfmt == FP4_DEC_W_NVFP4) {
+        if (p->gated) return ks8 ? launch_nv<1, 8>(p, rt2, stream) : launch_nv<1, 1>(p, rt2, stream);
+        return ks8 ? launch_nv<0, 8>(p, rt2, stream) : launch_nv<0, 1>(p, rt2, stream);
+    }
+    /* BF16 weights (shared experts only): one tile per warp (two spill), 8-token slots. */
+    const int BF = FP4_DEC_W_BF16;
+    if (p->gated) return ks8 ? launch<BF, 1, 8, 1, 1>(p, stream) : launch<BF, 1, 1, 1, 1>(p, stream);
+    return ks8 ? launch<BF, 0, 8, 1, 1>(p, stream) : launch<BF, 0, 1, 1, 1>(p, stream);
 }

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define FP4_DEC_TILE_T 8 /* tokens per slot: the mma N width and the grouping's padding */
+#define FP4_DEC_TILE_T 8 /* tokens per slot (the mma N width) unless tile_t says 16 or 32 */
 
 typedef enum fp4_dec_wfmt {
     FP4_DEC_W_NVFP4 = 0, /* wq [E][rows][K/2], ws [E][rows][K/16] packed (src/gpu_pack.h) */
@@ -51,11 +51,11 @@ typedef struct fp4_dec_gemm_args {
     int a_rows;
     const int32_t *tile_expert; /* [n_slots] expert per slot, -1 none; NULL: expert 0 and
                                    slot s covers rows s*8.. of a (identity) */
-    const int32_t *row_src;     /* [n_slots * 8] row of a per padded row (-1 none) or NULL:
+    const int32_t *row_src;     /* [n_slots * T] row of a per padded row (-1 none) or NULL:
                                    padded row r reads a[r] when r < a_rows */
-    const int32_t *row_dst;     /* plain: [n_slots * 8] output row (-1 skip) or NULL: padded
+    const int32_t *row_dst;     /* plain: [n_slots * T] output row (-1 skip) or NULL: padded
                                    row r writes out[r] when r < out_rows */
-    const float *row_w;         /* plain: [n_slots * 8] multiplier or NULL (1) */
+    const float *row_w;         /* plain: [n_slots * T] multiplier or NULL (1) */
     int out_rows;               /* identity-mapped output bound; gated: rows of out */
     const uint8_t *wq;          /* NVFP4 codes (src/gpu_pack.h) */
     const uint8_t *ws;          /* NVFP4 block scales, packed words (src/gpu_pack.h) */
@@ -64,21 +64,26 @@ typedef struct fp4_dec_gemm_args {
     void *out;                  /* gated: bf16 [padded rows, n] (layout by wfmt); plain: fp32 */
     int tiles_per_warp;         /* m16 weight tiles per warp sharing one B fragment: 2 (NVFP4
                                    only; halves activation re-reads), else 1 */
+    int tile_t;                 /* tokens per slot: 8 (0 means 8), or 16 / 32 (NVFP4 only: one
+                                   dequantized weight fragment feeds 2 / 4 n8 mma tiles;
+                                   tiles_per_warp is then 1); the rows above are
+                                   [n_slots * tile_t] */
 } fp4_dec_gemm_args;
 
-/* Slots that can hold work for m*k pairs over E experts with 8-token slots: the grid bound. */
-static inline int fp4_dec_active_slots(int m, int k, int n_experts)
+/* Slots that can hold work for m*k pairs over E experts with slots of tile_t tokens: the
+ * grid bound. */
+static inline int fp4_dec_active_slots(int m, int k, int n_experts, int tile_t)
 {
     long long p = (long long)m * k;
-    return (int)((p + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T + (p < n_experts ? p : n_experts));
+    return (int)((p + tile_t - 1) / tile_t + (p < n_experts ? p : n_experts));
 }
 
 /* Prologue of a decode forward, one launch: groups the m*k pairs of ids / w by expert into
- * 8-token slots (same outputs as fp4_moe_group with tile_m = 8, n_slots =
- * fp4_moe_group_slots(m, k, E, 8)) and, when xp is not NULL, writes x [m, h] (bf16, natural)
- * into xp [m, h] in the paired layout. */
+ * slots of tile_t (8, 16 or 32) tokens (same outputs as fp4_moe_group with tile_m = tile_t,
+ * n_slots = fp4_moe_group_slots(m, k, E, tile_t)) and, when xp is not NULL, writes x [m, h]
+ * (bf16, natural) into xp [m, h] in the paired layout. */
 cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, int k, int n_experts,
-                         int n_slots, int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
+                         int n_slots, int tile_t, int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
                          float *row_w, const uint16_t *x, int h, uint16_t *xp,
                          cudaStream_t stream);
 
