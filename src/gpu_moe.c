@@ -12,7 +12,8 @@
  *   Shared expert: nvfp4 -> the same layout with E = 1; mxfp8 / bf16 -> bf16 [2Is][H], [H][Is].
  * FP4_GPU_K_DECODE (src/cuda/w4a16_decode.cuh) reads the same weight layout; its activations
  * are bf16 in a "paired" K order (fp4_dec_pair_pos) for nvfp4 weights.
- * Workspace (for M tokens, slots = ceil(M k / T) + E with T = 64 (mma) or 8 (decode)): ids /
+ * Workspace (for M tokens, slots = ceil(M k / T) + E with T = 64 (mma) or dec_slot_tokens (8,
+ * 16 or 32, decode)): ids /
  * weights [M k], tile table [slots], padded rows src/dst/weight [slots * T], a [slots * T, I]
  * bf16, per-pair FC2 output [M k, H] fp32, shared a [M, Is] bf16; decode adds paired x
  * [M, H] bf16 and router logits [M, E] fp32. workspace_size is the larger of the two.
@@ -529,8 +530,8 @@ fail_staging:
     return st;
 }
 
-/* The decode pipeline (FP4_GPU_K_DECODE): route + prep (grouping into 8-token slots, x in
- * the paired layout; two launches) -> FC1 -> FC2 [-> shared FC1 -> shared FC2] -> combine.
+/* The decode pipeline (FP4_GPU_K_DECODE): route + prep (grouping into slots of
+ * dec_slot_tokens, x in the paired layout; two launches) -> FC1 -> FC2 [-> shared FC1 -> shared FC2] -> combine.
  * Grids are fixed by M (slot bound fp4_dec_active_slots), so the forward stays capturable. */
 static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
                                     int32_t *ids, float *wts, char *ws, const gpu_ws *l,

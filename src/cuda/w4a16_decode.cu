@@ -2,25 +2,28 @@
  * w4a16_decode.cu - the decode-specialised grouped MoE GEMMs (FC1 + activation, FC2) for few
  * tokens per expert (DESIGN.md sections 2 and 4), portable mma.sync m16n8k16 (sm_80, sm_90a).
  * Swap AB: 16 weight rows are the M operand, dequantized from NVFP4 (or read as BF16) into
- * registers; up to 8 tokens of one expert (a "slot") are the N = 8 operand, loaded straight
- * into registers (they stay in L2). NVFP4 weights and scales stream through a per-warp
+ * registers; the tokens of one expert's slot (8, 16 or 32: args.tile_t) are NB = 1, 2 or 4
+ * mma n8 tiles that share each dequantized A fragment, loaded straight into registers (they
+ * stay in L2). NVFP4 weights and scales stream through a per-warp
  * cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB of 16-byte copies
  * in flight while it computes; BF16 weights (shared experts) use register batches.
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
- * fragments. K slices are reduced through shared memory in a fixed order (deterministic).
+ * fragments (RT 2 with 8-token slots only). K slices are reduced through shared memory in a
+ * fixed order (deterministic; NVFP4 warps leave their partials in their own ring).
  * Dequantization (exact): an e2m1 nibble moved to bf16 bits 6..8 (+ sign to bit 15) is the
  * code value times 2^-126; the packed block scale (src/gpu_pack.h) becomes bf16 times 2^119
  * (a mask, a shift and an add); their bf16x2 product (one fma) is w * s * 2^-7, normal,
- * exact; the epilogue multiplies by 2^7 and the fp32 global scale. The virtual K order inside each 32-element half of the
- * NVFP4 64-group: lane quad t's packed word gives nibble pairs (k, k + 16); the activations
- * are stored "paired" to match (fp4_dec_pair_pos) by fp4_dec_prep and by the FC1 epilogue.
- * Also here: the prologue kernels. fp4_dec_prep groups (token, slot) pairs into 8-token slots
- * and writes the paired x; for M <= 64 fp4_dec_route_prep replaces router + prep with a
- * logits kernel that reads each router row once and a one-block top-k + grouping kernel
- * (warp per token, warp-reduction picks, token masks per expert, parallel prefix; rows of
- * an expert in token order, deterministic).
+ * exact; the epilogue multiplies by 2^7 and the fp32 global scale. The virtual K order
+ * inside each 32-element half of the NVFP4 64-group: lane quad t's packed word gives nibble
+ * pairs (k, k + 16); the activations are stored "paired" to match (fp4_dec_pair_pos) by
+ * fp4_dec_prep and by the FC1 epilogue.
+ * Also here: the prologue kernels. fp4_dec_prep groups (token, slot) pairs into slots of 8,
+ * 16 or 32 tokens and writes the paired x; for M <= 64 fp4_dec_route_prep replaces router +
+ * prep with a logits kernel that reads each router row once and a one-block top-k + grouping
+ * kernel into 8-token slots (warp per token, warp-reduction picks, token masks per expert,
+ * parallel prefix; rows of an expert in token order, deterministic).
  * Limits: K % 64 == 0; gated n % 8 == 0; plain n % 16 == 0; E <= 256.
  */
 #include <cuda_bf16.h>
