@@ -12,8 +12,9 @@
  * cp.async into shared memory as the K-major B operand in the 128-byte-swizzled layout of the
  * wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
- * consecutive 64-row slots of the same expert: m64n128k16; a slot alone: m64n64k16), K tiles
- * of 64 through a cp.async ring of 126 KB (6 stages of 128 tokens, 9 of 64 tokens: the weight
+ * consecutive 64-row slots of the same expert: m64n128k16; a slot alone: m64n64k16, or
+ * m64n32k16 / m64n16k16 when it holds at most 32 / 16 tokens), K tiles of 64 through a
+ * cp.async ring of 84 KB (4 stages of 128 tokens, 6 of 64, 9 of 32, 12 of 16: the weight
  * bytes in flight matter when few tokens share them), one barrier per K tile. Registers hold two K tiles of
  * A fragments: while the wgmmas of tile kt run, the warps dequantize tile kt+1
  * (wgmma.wait_group 1 frees the other buffer and the ring stage).
@@ -110,6 +111,30 @@ template <> struct wg_mma<64> {
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
     }
 };
+template <> struct wg_mma<32> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, "
+            "p, 1, 1, 0;\n}\n"
+            : WG_F8(0), WG_F8(8)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+
+template <> struct wg_mma<16> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+            : WG_F8(0)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
 #undef WG_F8
 
 static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
@@ -157,7 +182,9 @@ template <int NT, bool GATED>
 static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsigned char *sm,
                                                int expert, int slot0, int ctile)
 {
-    constexpr int BCH = NT * 8 / WG_THREADS; /* 16-byte B chunks per thread per tile */
+    constexpr int BCH = (NT * 8 + WG_THREADS - 1) / WG_THREADS; /* 16-byte B chunks per thread
+                                                                  per tile (NT 16: half) */
+    constexpr bool BALL = NT * 8 % WG_THREADS == 0; /* every thread copies BCH chunks */
     constexpr int BB = NT * 128;              /* B bytes per stage: NT rows x 64 bf16 */
     /* stage = B + W + S rounded up to 1 KB (B stays 1 KB aligned for the 128B swizzle) */
     constexpr int STAGE = (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
@@ -204,7 +231,9 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     auto load_stage = [&](int st, int kt) {
         uint32_t base = sbase + st * STAGE;
 #pragma unroll
-        for (int i = 0; i < BCH; i++) cp_async16(base + b_dst[i], b_src[i] + kt * WG_BK, b_bytes[i]);
+        for (int i = 0; i < BCH; i++)
+            if (BALL || tid + WG_THREADS * i < NT * 8)
+                cp_async16(base + b_dst[i], b_src[i] + kt * WG_BK, b_bytes[i]);
         cp_async16(base + BB + tid * 16, w_src + kt * (WG_BK / 2), w_bytes);
         if (tid < WG_BW)
             cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src + kt * (WG_BK / 16), s_bytes);
@@ -300,7 +329,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
 #pragma unroll
         for (int i = 0; i < BCH; i++) {
             int cc = tid + WG_THREADS * i, r = cc >> 3, j = cc & 7, prow = prow0 + r;
-            if (prow < p.out_rows)
+            if ((BALL || r < NT) && prow < p.out_rows)
                 *(uint4 *)(out + (size_t)prow * n + ctile * 64 + j * 8) =
                     *(const uint4 *)(so + r * 72 + j * 8);
         }
@@ -357,11 +386,22 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
         e0 = (long long)s0 * 64 < p.a_rows ? 0 : -1;
         e1 = s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
     }
+    /* A slot alone runs as 64, 32 or 16 tokens: its rows in use are a prefix (the grouping
+     * fills an expert's segment from its start), so rows 16 and 32 tell how many. */
+    auto used = [&](long long r) -> bool {
+        return p.row_src ? p.row_src[r] >= 0 : p.row_dst ? p.row_dst[r] >= 0 : r < p.a_rows;
+    };
+    auto slot_alone = [&](int e, int s) {
+        const long long r0 = (long long)s * 64;
+        if (used(r0 + 32)) wg_tile<64, GATED>(p, sm, e, s, ctile);
+        else if (used(r0 + 16)) wg_tile<32, GATED>(p, sm, e, s, ctile);
+        else wg_tile<16, GATED>(p, sm, e, s, ctile);
+    };
     if (e0 >= 0 && e0 == e1) {
         wg_tile<128, GATED>(p, sm, e0, s0, ctile);
     } else {
-        if (e0 >= 0) wg_tile<64, GATED>(p, sm, e0, s0, ctile);
-        if (e1 >= 0) wg_tile<64, GATED>(p, sm, e1, s1, ctile);
+        if (e0 >= 0) slot_alone(e0, s0);
+        if (e1 >= 0) slot_alone(e1, s1);
     }
 #else
     __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
