@@ -21,16 +21,13 @@ int fp4_gpu_scale_code(uint8_t c)
 int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uint8_t *wq,
                        uint8_t *ws, size_t *bad)
 {
-    static const int pos[4] = {0, 2, 1, 3}; /* byte of block j in the row's 64-group word */
     const size_t rb = (size_t)k / 2, nb = (size_t)k / 16;
     for (int r = 0; r < n; r++) {
         const uint8_t *src = w + r * rb, *sc = scale + r * nb;
         uint8_t *dst = wq + r * rb, *sd = ws + r * nb;
         for (size_t g0 = 0; g0 < rb; g0 += 32) {
-            for (int t = 0; t < 4; t++)
-                for (int j = 0; j < 4; j++)
-                    for (int h = 0; h < 2; h++)
-                        dst[g0 + 8 * t + 2 * j + h] = src[g0 + 8 * j + t + 4 * h];
+            uint8_t tmp[32]; /* the group's codes, block j in bytes 8 j .. 8 j + 7 */
+            memcpy(tmp, src + g0, 32);
             for (int j = 0; j < 4; j++) {
                 const size_t b = g0 / 8 + j;
                 const int code = fp4_gpu_scale_code(sc[b]);
@@ -38,14 +35,20 @@ int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uin
                     if (bad) *bad = r * nb + b;
                     return -1;
                 }
-                if (code == 0 || (sc[b] & 0x80)) /* block j's bytes are now 8 t + 2 j + h */
-                    for (int t = 0; t < 4; t++)
-                        for (int h = 0; h < 2; h++) {
-                            uint8_t *q = &dst[g0 + 8 * t + 2 * j + h];
-                            *q = code == 0 ? 0 : (uint8_t)(*q ^ 0x88); /* zero or flip signs */
-                        }
-                sd[g0 / 8 + pos[j]] = (uint8_t)code;
+                for (int i = 0; i < 8; i++) /* zero scale: zero codes; negative: flip signs */
+                    tmp[8 * j + i] = code == 0 ? 0 : (sc[b] & 0x80) ? tmp[8 * j + i] ^ 0x88 : tmp[8 * j + i];
+                sd[b] = (uint8_t)code;
             }
+            for (int t = 0; t < 4; t++)
+                for (int v = 0; v < 2; v++) {
+                    uint32_t word = 0;
+                    for (int i = 0; i < 4; i++) {
+                        const int k0 = 16 * (2 * v + (i >> 1)) + 2 * t + 8 * (i & 1);
+                        word |= (uint32_t)(tmp[k0 / 2] & 15) << (4 * i);       /* k0 */
+                        word |= (uint32_t)(tmp[k0 / 2] >> 4) << (4 * (i + 4)); /* k0 + 1 */
+                    }
+                    for (int b = 0; b < 4; b++) dst[g0 + 8 * t + 4 * v + b] = (uint8_t)(word >> (8 * b));
+                }
         }
     }
     return 0;

@@ -3,15 +3,16 @@
  * build, so that the CPU tests check it). Values are unchanged: for every element, e2m1 code
  * times block scale after packing equals the checkpoint's, exactly.
  *
- * Codes: the checkpoint's packed row (element 2j in the low nibble of byte j), the bytes of
- * each 32-byte group (64 elements, scale blocks c0..c3 of 16) reordered so that byte
- * 8*t + 2*j + h of the group holds original byte 8*j + t + 4*h (t < 4, j < 4, h < 2): lane
- * quad t of an mma fragment reads its bytes of all four blocks with one 8-byte load.
- * Scales: one 32-bit word per row and 64-group, bytes (c0, c2, c1, c3), each the block's
- * |scale| as unsigned e5m3 (5 exponent bits, bias 10, 3 mantissa bits): every finite e4m3
- * value is a normal e5m3 value (subnormal e4m3 included), so a kernel gets bf16 of scale
- * times 2^K (K <= 119) from code b as (b << 4) + ((117 + K) << 7), with (c0, c1) and (c2, c3)
- * two shifts and masks away from the word. Where the scale is negative the block's code signs
+ * Codes: per row and 32-byte group (64 elements, scale blocks c0..c3 of 16), lane quad t
+ * (t < 4) of an mma fragment finds its 16 codes in bytes 8t .. 8t + 7, two little-endian
+ * 32-bit words v = 0, 1. Nibbles i and i + 4 of word v (i < 4) are elements k0 and k0 + 1 of
+ * the group, k0 = 16 (2v + i / 2) + 2t + 8 (i % 2): word v holds blocks 2v and 2v + 1, and
+ * each nibble pair (i, i + 4) is one bf16x2 of the mma A / B fragment (k 2t, 2t + 1 or
+ * 2t + 8, 2t + 9 of a k16 block), which one shift and two masks turn into bf16 bits.
+ * Scales: in place (row, block), each the block's |scale| as unsigned e5m3 (5 exponent bits,
+ * bias 10, 3 mantissa bits): every finite e4m3 value is a normal e5m3 value (subnormal e4m3
+ * included), so a kernel gets bf16 of scale times 2^K (K <= 119) from code b as
+ * (b << 4) + ((117 + K) << 7). Where the scale is negative the block's code signs
  * are flipped; where it is zero (either sign) the block's codes are zeroed and its e5m3 code
  * is 0. NaN scale codes (0x7f, 0xff) cannot be packed.
  */

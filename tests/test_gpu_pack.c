@@ -4,7 +4,7 @@
  * bits by the OCP formulas (e2m1: s ee m, bias 1; e4m3: s eeee mmm, bias 7, no infinities),
  * independent of the library's codecs. The packed scale is expanded the way the kernels do
  * it, (b << 4) + ((117 + K) << 7) read as bf16, for K = 0 (mma, sm90-wgmma) and K = 119
- * (decode); the packed codes are read back through the kernels' byte permutation.
+ * (decode); the packed codes are read back through the kernels' nibble order (gpu_pack.h).
  * Checks: all 256 e4m3 codes (NaN refused, zero -> 0, every other value exact at both K),
  * then random rows with every scale code but NaN (zero, subnormal, negative) and random codes:
  * code * scale equal for every element; NaN in a row reports its index; input untouched.
@@ -75,13 +75,14 @@ static void check_codes(void)
     }
 }
 
-/* Original (row, element) of packed byte position: inverse of the permutation. */
+/* Packed code of element elem of a row: nibble i + 4 * (elem odd) of word v of lane quad t,
+ * where the element's k16 block is j = 2 v + i / 2 and its offset 2 t + 8 (i % 2) (+ 1). */
 static int packed_code(const uint8_t *wq_row, int elem)
 {
-    int g0 = elem / 64 * 32, byte = (elem % 64) / 2; /* original byte in its group */
-    int j = byte / 8, t = byte % 4, h = (byte % 8) / 4; /* byte = 8 j + t + 4 h */
-    uint8_t v = wq_row[g0 + 8 * t + 2 * j + h];
-    return elem & 1 ? v >> 4 : v & 15;
+    int k = elem % 64, j = k / 16, rem = k % 16, h = rem / 8, t = (rem % 8) / 2, odd = rem % 2;
+    int v = j / 2, i = (j % 2) * 2 + h, nib = i + 4 * odd;
+    uint8_t b = wq_row[elem / 64 * 32 + 8 * t + 4 * v + nib / 2];
+    return nib % 2 ? b >> 4 : b & 15;
 }
 
 static void check_rows(void)
@@ -105,11 +106,11 @@ static void check_rows(void)
         int wrong = 0;
         for (int r = 0; r < N; r++)
             for (int e = 0; e < K; e++) {
-                int b = e / 16, pos[4] = {0, 2, 1, 3};
+                int b = e / 16;
                 int code = w[r * K / 2 + e / 2] >> (4 * (e & 1)) & 15;
                 double want = e2m1(code) * e4m3(s[r * NB + b]);
                 int pc = packed_code(wq + r * K / 2, e);
-                int sc = ws[r * NB + b / 4 * 4 + pos[b % 4]];
+                int sc = ws[r * NB + b];
                 for (int k = 0; k <= 119; k += 119) {
                     double got = e2m1(pc) * ldexp(sc ? expand(sc, k) : 0.0, -k);
                     if (got != want && wrong++ < 5)

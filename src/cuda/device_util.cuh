@@ -75,29 +75,45 @@ static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
     return d;
 }
 
-/* Packed NVFP4 block scales (src/gpu_pack.h): one word per row and 64-group, bytes (c0, c2,
- * c1, c3) in unsigned e5m3 (bias 10). The bf16 of code b times 2^K is (b << 4) + ((117 + K)
- * << 7), exact for every finite e4m3 scale and K <= 119; these give pairs of them. */
+/* Nibbles p and p + 4 of a packed code word (src/gpu_pack.h) as a bf16x2 (low half: nibble
+ * p), each the e2m1 value times 2^-126: the 3 magnitude bits go to bf16 bits 6..8 (exponent
+ * LSBs + mantissa MSB; 0.5 lands on a subnormal) and the sign to bit 15. p: a constant after
+ * unrolling. */
+static __device__ __forceinline__ uint32_t e2m1_pair(uint32_t q, int p)
+{
+    const uint32_t a = q << (12 - 4 * p);
+    return (a & 0x80008000u) | ((a >> 6) & 0x01c001c0u);
+}
+
+/* Packed NVFP4 block scales (src/gpu_pack.h): one word per row and 64-group, byte j the
+ * |scale| of block j in unsigned e5m3 (bias 10). The bf16 of code b times 2^K is
+ * (b << 4) + ((117 + K) << 7), exact for every finite e4m3 scale and K <= 119. */
 template <int K> static __device__ __forceinline__ uint32_t fp4_scale_bias2(void)
 {
     static_assert(K >= -100 && K <= 119, "packed scale exponent offset out of range");
     return (uint32_t)(117 + K) * 0x00800080u;
 }
 
-/* Blocks (c0, c1) and (c2, c3) of a packed word, as bf16x2 of scale * 2^K. */
+/* All four scales of a packed word: blocks (0, 2) in e and (1, 3) in o, as bf16x2 times 2^K
+ * (5 instructions). Block j is then fp4_scale_half(j & 1 ? o : e, j >> 1). */
 template <int K>
-static __device__ __forceinline__ void fp4_scale_pairs(uint32_t v, uint32_t &s01, uint32_t &s23)
+static __device__ __forceinline__ void fp4_scale_eo(uint32_t v, uint32_t &e, uint32_t &o)
 {
-    s01 = (v & 0x00ff00ffu) * 16u + fp4_scale_bias2<K>();
-    s23 = ((v >> 4) & 0x0ff00ff0u) + fp4_scale_bias2<K>();
+    e = (v & 0x00ff00ffu) * 16u + fp4_scale_bias2<K>();
+    o = ((v >> 4) & 0x0ff00ff0u) + fp4_scale_bias2<K>();
 }
 
-/* Block j's scale of a packed word in both halves of a bf16x2, times 2^K (j: a constant
- * after unrolling). */
-template <int K> static __device__ __forceinline__ uint32_t fp4_scale_dup(uint32_t v, int j)
+/* Half h of x in both halves, written as PTX moves of the 16-bit halves so that ptxas folds
+ * it into the operand of the next bf16x2 multiply (HMUL2 ... R.H0_H0 / R.H1_H1: no
+ * instruction of its own; a byte permute is not folded). */
+static __device__ __forceinline__ uint32_t fp4_scale_half(uint32_t x, int h)
 {
-    const uint32_t b = (j & 1) * 2 + (j >> 1); /* byte of block j */
-    return __byte_perm(v, 0u, 0x4040u | b | (b << 8)) * 16u + fp4_scale_bias2<K>();
+    uint32_t r;
+    if (h)
+        asm("{\n.reg .b16 l, u;\nmov.b32 {l, u}, %1;\nmov.b32 %0, {u, u};\n}\n" : "=r"(r) : "r"(x));
+    else
+        asm("{\n.reg .b16 l, u;\nmov.b32 {l, u}, %1;\nmov.b32 %0, {l, l};\n}\n" : "=r"(r) : "r"(x));
+    return r;
 }
 
 /* Expert activation of a gate / up pair: act 0 silu(g) * u; 1 swigluoai with clamp limit

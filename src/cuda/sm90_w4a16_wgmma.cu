@@ -5,10 +5,12 @@
  *
  * Shape of the product: D[weight rows x tokens] = W[rows x K] * X^T[K x tokens]. The NVFP4
  * weights are the wgmma A operand, dequantized into registers (wgmma takes A from registers;
- * B must be in shared memory): e2m1 codes become exact BF16 through byte-permute table
- * look-ups, times the block scale as BF16 (packed at load, src/gpu_pack.h: a byte permute, a
- * shift and an add; e2m1 * e4m3 is exact in BF16); the fp32
- * global scale goes on the accumulator. The token rows are gathered per row index with
+ * B must be in shared memory): each nibble pair of the packed codes (src/gpu_pack.h) becomes
+ * a bf16x2 of the values times 2^-126 (one shift, two masks), times the packed block scale
+ * as bf16 times 2^119 (a mask and a multiply-add per two scales, the half broadcast folded
+ * into the multiply): w * s * 2^-7, exact in BF16 (e2m1
+ * * e4m3 has at most 5 significant bits, and the product is normal); 2^7 and the fp32 global
+ * scale go on the accumulator. The token rows are gathered per row index with
  * cp.async into shared memory as the K-major B operand in the 128-byte-swizzled layout of the
  * wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
@@ -137,32 +139,6 @@ template <> struct wg_mma<16> {
 };
 #undef WG_F8
 
-static __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
-{
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
-/* Eight e2m1 codes (nibble i = element i) -> four bf16x2, r[i] = elements (2i, 2i+1) of
- * byte i, lower element in the low half. Magnitudes by prmt table look-up (selector nibble =
- * 3-bit code; tables hold the high and low bytes of bf16 {0, .5, 1, 1.5, 2, 3, 4, 6}); signs
- * by prmt's sign-replicate mode from the byte whose top bit is the nibble's sign. */
-static __device__ __forceinline__ void e2m1x8_to_bf16(uint32_t w, uint32_t r[4])
-{
-    const uint32_t hi0 = 0x3f3f3f00u, hi1 = 0x40404040u, lo0 = 0xc0800000u, lo1 = 0xc0804000u;
-    const uint32_t mag = w & 0x77777777u, w4 = w << 4, mag_hi = mag >> 16;
-    uint32_t hi = prmt(hi0, hi1, mag), lo = prmt(lo0, lo1, mag);
-    hi |= prmt(w4, w, 0xd9c8u) & 0x80808080u;
-    r[0] = prmt(lo, hi, 0x5140u);
-    r[1] = prmt(lo, hi, 0x7362u);
-    hi = prmt(hi0, hi1, mag_hi);
-    lo = prmt(lo0, lo1, mag_hi);
-    hi |= prmt(w4, w, 0xfbeau) & 0x80808080u;
-    r[2] = prmt(lo, hi, 0x5140u);
-    r[3] = prmt(lo, hi, 0x7362u);
-}
-
 /* Weight row (within the expert) of shared-memory row sr of the CTA's 128, or -1.
  * Gated: sr = 64 v + 16 w + 8 h + g -> column c = ctile*64 + 32 v + 8 w + g, gate row c for
  * h = 0, up row n + c for h = 1 (the warp's accumulator rows g and g+8). Plain: ctile*128+sr. */
@@ -240,8 +216,9 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     };
 
     /* A fragments of one K tile: a[kk][0..3] = rows (g, g+8) x k (2t.., 2t+8..) of k16 step kk
-     * (the mma.sync A layout, per warp 16 rows). Permuted row bytes 2j+h of the lane's 8:
-     * block j, h = 0 -> k 2t, 2t+1 (reg 0 / 1), h = 1 -> k 2t+8, 2t+9 (reg 2 / 3). */
+     * (the mma.sync A layout, per warp 16 rows). The lane's 8 packed bytes of a row: word
+     * kk / 2, nibble pairs 2 (kk & 1) (k 2t, 2t+1) and 2 (kk & 1) + 1 (k 2t+8, 2t+9)
+     * (src/gpu_pack.h). Values times 2^-126 (e2m1_pair) by scales times 2^119: w s 2^-7. */
     const int rg = 64 * wg + 16 * wq + g;
     auto dequant = [&](int st, uint32_t(&a)[4][4]) {
         const unsigned char *base = sm + st * STAGE;
@@ -249,24 +226,19 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         uint2 q1 = *(const uint2 *)(base + BB + (rg + 8) * 32 + t * 8);
         uint32_t s0w = *(const uint32_t *)(base + BB + WG_W_BYTES + rg * 4);
         uint32_t s1w = *(const uint32_t *)(base + BB + WG_W_BYTES + (rg + 8) * 4);
-        uint32_t s0[4], s1[4], r[4];
+        uint32_t s0e, s0o, s1e, s1o;
+        fp4_scale_eo<119>(s0w, s0e, s0o);
+        fp4_scale_eo<119>(s1w, s1e, s1o);
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            s0[j] = fp4_scale_dup<0>(s0w, j);
-            s1[j] = fp4_scale_dup<0>(s1w, j);
-        }
-#pragma unroll
-        for (int half = 0; half < 2; half++) { /* blocks 2 half, 2 half + 1 */
-            e2m1x8_to_bf16(half ? q0.y : q0.x, r);
-            a[2 * half][0] = bf16x2_mul(r[0], s0[2 * half]);
-            a[2 * half][2] = bf16x2_mul(r[1], s0[2 * half]);
-            a[2 * half + 1][0] = bf16x2_mul(r[2], s0[2 * half + 1]);
-            a[2 * half + 1][2] = bf16x2_mul(r[3], s0[2 * half + 1]);
-            e2m1x8_to_bf16(half ? q1.y : q1.x, r);
-            a[2 * half][1] = bf16x2_mul(r[0], s1[2 * half]);
-            a[2 * half][3] = bf16x2_mul(r[1], s1[2 * half]);
-            a[2 * half + 1][1] = bf16x2_mul(r[2], s1[2 * half + 1]);
-            a[2 * half + 1][3] = bf16x2_mul(r[3], s1[2 * half + 1]);
+        for (int kk = 0; kk < 4; kk++) {
+            const uint32_t w0 = kk < 2 ? q0.x : q0.y, w1 = kk < 2 ? q1.x : q1.y;
+            const uint32_t s0 = fp4_scale_half(kk & 1 ? s0o : s0e, kk >> 1);
+            const uint32_t s1 = fp4_scale_half(kk & 1 ? s1o : s1e, kk >> 1);
+            const int i0 = 2 * (kk & 1);
+            a[kk][0] = bf16x2_mul(e2m1_pair(w0, i0), s0);
+            a[kk][1] = bf16x2_mul(e2m1_pair(w1, i0), s1);
+            a[kk][2] = bf16x2_mul(e2m1_pair(w0, i0 + 1), s0);
+            a[kk][3] = bf16x2_mul(e2m1_pair(w1, i0 + 1), s1);
         }
     };
 
@@ -312,8 +284,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     /* Epilogue. acc[4j + c]: accumulator row g (c < 2) or g+8 (c >= 2) of this warp, token
      * 8j + 2t + (c & 1). */
     if (GATED) {
-        const float gs_g = p.gscale ? p.gscale[2 * expert] : 1.f;
-        const float gs_u = p.gscale ? p.gscale[2 * expert + 1] : 1.f;
+        const float gs_g = 128.f * (p.gscale ? p.gscale[2 * expert] : 1.f); /* undo 2^-7 */
+        const float gs_u = 128.f * (p.gscale ? p.gscale[2 * expert + 1] : 1.f);
         __nv_bfloat16 *so = (__nv_bfloat16 *)sm; /* [NT][72] */
         const int c = 32 * wg + 8 * wq + g;
 #pragma unroll
@@ -348,7 +320,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         float *sf = (float *)(sdst + NT);
         if (tid < NT) {
             sdst[tid] = my_dst;
-            sf[tid] = my_w * (p.gscale ? p.gscale[expert] : 1.f);
+            sf[tid] = my_w * 128.f * (p.gscale ? p.gscale[expert] : 1.f); /* undo 2^-7 */
         }
         __syncthreads();
         float *out = (float *)p.out;

@@ -15,10 +15,10 @@
  * Dequantization (exact): an e2m1 nibble moved to bf16 bits 6..8 (+ sign to bit 15) is the
  * code value times 2^-126; the packed block scale (src/gpu_pack.h) becomes bf16 times 2^119
  * (a mask, a shift and an add); their bf16x2 product (one fma) is w * s * 2^-7, normal,
- * exact; the epilogue multiplies by 2^7 and the fp32 global scale. The virtual K order
- * inside each 32-element half of the NVFP4 64-group: lane quad t's packed word gives nibble
- * pairs (k, k + 16); the activations are stored "paired" to match (fp4_dec_pair_pos) by
- * fp4_dec_prep and by the FC1 epilogue.
+ * exact; the epilogue multiplies by 2^7 and the fp32 global scale. The activations are
+ * stored "paired" (fp4_dec_pair_pos, by fp4_dec_prep and by the FC1 epilogue): lane quad t
+ * finds its B fragments of a 64-group (k 16j + 2t, +1, +8, +9 for blocks j = 0..3) in 32
+ * contiguous bytes, one 16-byte load per two blocks.
  * Also here: the prologue kernels. fp4_dec_prep groups (token, slot) pairs into slots of 8,
  * 16 or 32 tokens and writes the paired x; for M <= 64 fp4_dec_route_prep replaces router +
  * prep with a logits kernel that reads each router row once and a one-block top-k + grouping
@@ -44,14 +44,6 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(ptr));
     return v;
-}
-
-/* Nibbles p and p + 4 of q as a bf16x2 (low half: nibble p), each the e2m1 value * 2^-126. */
-template <int P>
-static __device__ __forceinline__ uint32_t e2m1_pair(uint32_t q)
-{
-    uint32_t a = q << (12 - 4 * P);
-    return (a & 0x80008000u) | ((a >> 6) & 0x01c001c0u);
 }
 
 /* NVFP4 main loop, per warp: a ring of RING groups in shared memory filled by cp.async
@@ -181,26 +173,25 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
             for (int r = 0; r < RT; r++) {
                 const uint2 wl = *(const uint2 *)&wring[warp][st][16 * r + g][2 * t];
                 const uint2 wh = *(const uint2 *)&wring[warp][st][16 * r + 8 + g][2 * t];
-                uint32_t scl[2], sch[2];
-                fp4_scale_pairs<119>(sring[warp][st][16 * r + g], scl[0], scl[1]);
-                fp4_scale_pairs<119>(sring[warp][st][16 * r + 8 + g], sch[0], sch[1]);
+                uint32_t sle, slo, she, sho;
+                fp4_scale_eo<119>(sring[warp][st][16 * r + g], sle, slo);
+                fp4_scale_eo<119>(sring[warp][st][16 * r + 8 + g], she, sho);
 #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const uint32_t ql = c ? wl.y : wl.x;
-                    const uint32_t qh = c ? wh.y : wh.x;
+                for (int j = 0; j < 4; j++) { /* k16 block j: word j / 2, nibble pairs i0, i0 + 1 */
+                    const uint32_t ql = j < 2 ? wl.x : wl.y, qh = j < 2 ? wh.x : wh.y;
+                    const uint32_t sl = fp4_scale_half(j & 1 ? slo : sle, j >> 1);
+                    const uint32_t sh = fp4_scale_half(j & 1 ? sho : she, j >> 1);
+                    const int i0 = 2 * (j & 1);
                     uint32_t a[4];
-                    a[0] = bf16x2_mul(e2m1_pair<0>(ql), scl[c]);
-                    a[1] = bf16x2_mul(e2m1_pair<0>(qh), sch[c]);
-                    a[2] = bf16x2_mul(e2m1_pair<1>(ql), scl[c]);
-                    a[3] = bf16x2_mul(e2m1_pair<1>(qh), sch[c]);
+                    a[0] = bf16x2_mul(e2m1_pair(ql, i0), sl);
+                    a[1] = bf16x2_mul(e2m1_pair(qh, i0), sh);
+                    a[2] = bf16x2_mul(e2m1_pair(ql, i0 + 1), sl);
+                    a[3] = bf16x2_mul(e2m1_pair(qh, i0 + 1), sh);
+                    const int c = j >> 1;
 #pragma unroll
-                    for (int nb = 0; nb < NB; nb++) mma_bf16(acc[r][nb], a, xc[nb][c].x, xc[nb][c].y);
-                    a[0] = bf16x2_mul(e2m1_pair<2>(ql), scl[c]);
-                    a[1] = bf16x2_mul(e2m1_pair<2>(qh), sch[c]);
-                    a[2] = bf16x2_mul(e2m1_pair<3>(ql), scl[c]);
-                    a[3] = bf16x2_mul(e2m1_pair<3>(qh), sch[c]);
-#pragma unroll
-                    for (int nb = 0; nb < NB; nb++) mma_bf16(acc[r][nb], a, xc[nb][c].z, xc[nb][c].w);
+                    for (int nb = 0; nb < NB; nb++)
+                        mma_bf16(acc[r][nb], a, j & 1 ? xc[nb][c].z : xc[nb][c].x,
+                                 j & 1 ? xc[nb][c].w : xc[nb][c].y);
                 }
             }
         };
@@ -356,12 +347,9 @@ static __device__ __forceinline__ void pair_x(const uint16_t *__restrict__ x,
         const uint32_t *src = (const uint32_t *)(x + base);
         uint4 *dst = (uint4 *)(xp + base + 16 * t);
 #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            uint32_t v0 = src[16 * c + t], v1 = src[16 * c + t + 4];
-            uint32_t v2 = src[16 * c + t + 8], v3 = src[16 * c + t + 12];
-            dst[c] = make_uint4(__byte_perm(v0, v2, 0x5410), __byte_perm(v0, v2, 0x7632),
-                                __byte_perm(v1, v3, 0x5410), __byte_perm(v1, v3, 0x7632));
-        }
+        for (int c = 0; c < 2; c++) /* k pairs 32c + {2t, 8 + 2t, 16 + 2t, 24 + 2t} */
+            dst[c] = make_uint4(src[16 * c + t], src[16 * c + t + 4], src[16 * c + t + 8],
+                                src[16 * c + t + 12]);
     }
 }
 

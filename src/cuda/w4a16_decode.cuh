@@ -30,13 +30,14 @@ typedef enum fp4_dec_wfmt {
 #define FP4_DEC_MAX_EXPERTS 256
 
 /* Activation layouts. NVFP4 weights read their activations "paired": within each 64-element
- * group, lane quad t of a warp finds its mma B fragments of both 32-element halves in 32
- * contiguous bytes (see fp4_dec_pair_pos). BF16 weights read the natural layout. */
+ * group, lane quad t of a warp finds its mma B fragments of the four k16 blocks (elements
+ * 16j + 2t, +1 and 16j + 2t + 8, +9) in 32 contiguous bytes: element k of the group at
+ * 16t + 8c + 2 (2 jj + h) + e for k = 32c + 16jj + 8h + 2t + e. BF16 weights read the natural
+ * layout. */
 static inline FP4_DEC_HD int fp4_dec_pair_pos(int k)
 {
-    int r = k & 63, c = r >> 5, q = r & 31, i = q & 15, half = q >> 4;
-    int t = (i & 7) >> 1, w = (i & 1) | ((i >> 3) << 1);
-    return (k & ~63) + 2 * (t * 8 + c * 4 + w) + half;
+    int r = k & 63, c = r >> 5, jj = (r >> 4) & 1, h = (r >> 3) & 1, t = (r & 7) >> 1, e = r & 1;
+    return (k & ~63) + 16 * t + 8 * c + 2 * (2 * jj + h) + e;
 }
 
 typedef struct fp4_dec_gemm_args {

@@ -35,15 +35,11 @@
 #define STAGE_FP4 (A_BYTES + WQ_BYTES + WS_BYTES)
 #define STAGE_BF16 (A_BYTES + WB_BYTES)
 
-/* Two e2m1 codes (low nibble: lower k) times a bf16x2 scale -> bf16x2. The nibble's 3
- * magnitude bits go to bf16 bits 6..8 (exponent LSBs + mantissa MSB) and its sign to bit 15:
- * that bf16 equals the e2m1 value times 2^-126 (0.5 lands on a subnormal), so multiply by
- * 2^126 (0x7e80) and then by the scale, both exact. */
-static __device__ __forceinline__ uint32_t e2m1x2_to_bf16x2(uint32_t byte, uint32_t scale2)
+/* Nibble pair p of a packed code word (e2m1_pair: value * 2^-126) times a bf16x2 scale ->
+ * bf16x2: multiply by 2^126 (0x7e80) and then by the scale, both exact. */
+static __device__ __forceinline__ uint32_t e2m1_pair_scaled(uint32_t word, int p, uint32_t scale2)
 {
-    uint32_t bits = ((byte & 0x7u) << 6) | ((byte & 0x8u) << 12) | ((byte & 0x70u) << 18) |
-                    ((byte & 0x80u) << 24);
-    return bf16x2_mul(bf16x2_mul(bits, 0x7e807e80u), scale2);
+    return bf16x2_mul(bf16x2_mul(e2m1_pair(word, p), 0x7e807e80u), scale2);
 }
 
 static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
@@ -179,11 +175,12 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
             if (wfmt == FP4_MMA_W_NVFP4) {
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    uint32_t word = kk < 2 ? wq[q].x : wq[q].y;
-                    uint32_t two = (word >> ((kk & 1) * 16)) & 0xffffu;
-                    uint32_t s2 = fp4_scale_dup<0>(sc[q], kk);
-                    b0[q] = e2m1x2_to_bf16x2(two & 0xffu, s2);
-                    b1[q] = e2m1x2_to_bf16x2(two >> 8, s2);
+                    uint32_t word = kk < 2 ? wq[q].x : wq[q].y; /* blocks 2v, 2v + 1 */
+                    uint32_t se, so;
+                    fp4_scale_eo<0>(sc[q], se, so);
+                    uint32_t s2 = fp4_scale_half(kk & 1 ? so : se, kk >> 1);
+                    b0[q] = e2m1_pair_scaled(word, 2 * (kk & 1), s2);     /* k 2t, 2t + 1 */
+                    b1[q] = e2m1_pair_scaled(word, 2 * (kk & 1) + 1, s2); /* k 2t + 8, + 9 */
                 }
             } else {
                 const uint16_t *sw = (const uint16_t *)(sb + A_BYTES);
