@@ -8,9 +8,8 @@
  * B must be in shared memory): each nibble pair of the packed codes (src/gpu_pack.h) becomes
  * a bf16x2 of the values times 2^-126 (one shift, two masks), times the packed block scale
  * as bf16 times 2^119 (a mask and a multiply-add per two scales, the half broadcast folded
- * into the multiply): w * s * 2^-7, exact in BF16 (e2m1
- * * e4m3 has at most 5 significant bits, and the product is normal); 2^7 and the fp32 global
- * scale go on the accumulator. The token rows are gathered per row index with
+ * into the multiply): w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant
+ * bits, and the product is normal); 2^7 and the fp32 global scale go on the accumulator. The token rows are gathered per row index with
  * cp.async into shared memory as the K-major B operand in the 128-byte-swizzled layout of the
  * wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
