@@ -311,7 +311,12 @@ static fp4moe_status stage_nvfp4(const fp4_linear *l, uint8_t *wq, uint8_t *ws, 
                                  const char *name, fp4_err *e)
 {
     size_t bad = 0;
-    if (fp4_gpu_pack_nvfp4(l->w, l->scale, l->n, l->k, wq, ws, &bad))
+    const int rc = fp4_gpu_pack_nvfp4(l->w, l->scale, l->n, l->k, wq, ws, &bad);
+    if (rc == -2) /* checked before, at create */
+        return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
+                        "GPU MoE: layer %d %s: in_features %d is not a multiple of 64", layer,
+                        name, l->k);
+    if (rc)
         return fp4_fail(e, FP4MOE_ERR_FORMAT,
                         "GPU MoE: layer %d %s: block scale [%zu, %zu] is an e4m3 NaN (0x%02x); "
                         "nvfp4 block scales must be finite", layer, name, bad / (l->k / 16),

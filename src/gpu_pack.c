@@ -21,6 +21,7 @@ int fp4_gpu_scale_code(uint8_t c)
 int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uint8_t *wq,
                        uint8_t *ws, size_t *bad)
 {
+    if (n < 0 || k < 0 || k % 64) return -2; /* whole 64-groups only */
     const size_t rb = (size_t)k / 2, nb = (size_t)k / 16;
     for (int r = 0; r < n; r++) {
         const uint8_t *src = w + r * rb, *sc = scale + r * nb;

@@ -28,8 +28,8 @@
 int fp4_gpu_scale_code(uint8_t e4m3);
 
 /* Pack an NVFP4 linear [n, k] (k % 64 == 0): w [n][k/2] and scale [n][k/16] as in the
- * checkpoint -> wq [n][k/2], ws [n][k/16] as above. Returns 0, or -1 on a NaN scale code,
- * with *bad set to its index in scale (row * (k / 16) + block). */
+ * checkpoint -> wq [n][k/2], ws [n][k/16] as above. Returns 0, -1 on a NaN scale code (with
+ * *bad set to its index in scale: row * (k / 16) + block), or -2 when k % 64 != 0. */
 int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uint8_t *wq,
                        uint8_t *ws, size_t *bad);
 

@@ -132,6 +132,8 @@ static void check_nan(void)
     int rc = fp4_gpu_pack_nvfp4(w, s, N, K, wq, ws, &bad);
     CHECK(rc == -1 && bad == 2 * NB + 5, "NaN scale: rc %d, bad %zu, expected -1, %d", rc, bad,
           2 * NB + 5);
+    rc = fp4_gpu_pack_nvfp4(w, s, 1, 96, wq, ws, &bad);
+    CHECK(rc == -2, "k = 96 (not whole 64-groups): rc %d, expected -2", rc);
 }
 
 int main(void)
