@@ -5,9 +5,9 @@
  * host synchronisation and grids fixed by M, so it can be captured in a CUDA graph.
  * Device layout (FP4_GPU_K_MMA, see src/cuda/w4a16_mma_gemm.cuh):
  *   routed W13 [E][2I][H/2] packed e2m1, gate rows then up rows, and S13 [E][2I][H/16] block
- *   scales, both packed by fp4_gpu_pack_nvfp4 (gpu_pack.h: bytes permuted per 32-byte group,
- *   scales as e5m3 words); G13 [E][2] fp32 (gate, up); W2 [E][H][I/2], S2 [E][H][I/16] packed
- *   the same way, G2 [E]. Router [E, H] fp32 (the decode router)
+ *   scales, both packed by fp4_gpu_pack_nvfp4 (gpu_pack.h: codes in the mma fragment nibble
+ *   order per 32-byte group, scales as e5m3); G13 [E][2] fp32 (gate, up); W2 [E][H][I/2],
+ *   S2 [E][H][I/16] packed the same way, G2 [E]. Router [E, H] fp32 (the decode router)
  *   and as three bf16 planes [3][E, H] (fp4_gpu_router_split: the tensor-core router), bias [E].
  *   Shared expert: nvfp4 -> the same layout with E = 1; mxfp8 / bf16 -> bf16 [2Is][H], [H][Is].
  * FP4_GPU_K_DECODE (src/cuda/w4a16_decode.cuh) reads the same weight layout; its activations
