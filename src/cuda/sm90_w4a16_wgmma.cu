@@ -7,9 +7,9 @@
  * weights are the wgmma A operand, dequantized into registers (wgmma takes A from registers;
  * B must be in shared memory): each nibble pair of the packed codes (src/gpu_pack.h) becomes
  * a bf16x2 of the values times 2^-126 (one shift, two masks), times the packed block scale
- * as bf16 times 2^119 (a mask and a multiply-add per two scales, the half broadcast folded
- * into the multiply): w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant
- * bits, and the product is normal); 2^7 and the fp32 global scale go on the accumulator. The token rows are gathered per row index with
+ * as bf16 times 2^119 (fp4_scale_dup: a byte permute and a multiply-add per block):
+ * w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant bits, and the product
+ * is normal); 2^7 and the fp32 global scale go on the accumulator. The token rows are gathered per row index with
  * cp.async into shared memory as the K-major B operand in the 128-byte-swizzled layout of the
  * wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
@@ -225,14 +225,11 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         uint2 q1 = *(const uint2 *)(base + BB + (rg + 8) * 32 + t * 8);
         uint32_t s0w = *(const uint32_t *)(base + BB + WG_W_BYTES + rg * 4);
         uint32_t s1w = *(const uint32_t *)(base + BB + WG_W_BYTES + (rg + 8) * 4);
-        uint32_t s0e, s0o, s1e, s1o;
-        fp4_scale_eo<119>(s0w, s0e, s0o);
-        fp4_scale_eo<119>(s1w, s1e, s1o);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             const uint32_t w0 = kk < 2 ? q0.x : q0.y, w1 = kk < 2 ? q1.x : q1.y;
-            const uint32_t s0 = fp4_scale_half(kk & 1 ? s0o : s0e, kk >> 1);
-            const uint32_t s1 = fp4_scale_half(kk & 1 ? s1o : s1e, kk >> 1);
+            const uint32_t s0 = fp4_scale_dup<119>(s0w, kk);
+            const uint32_t s1 = fp4_scale_dup<119>(s1w, kk);
             const int i0 = 2 * (kk & 1);
             a[kk][0] = bf16x2_mul(e2m1_pair(w0, i0), s0);
             a[kk][1] = bf16x2_mul(e2m1_pair(w1, i0), s1);
@@ -338,24 +335,24 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
 
 #endif /* FP4_WG_SM90 */
 
-/* Grid: units of two consecutive slots x column tiles, column tile fastest (the units of one
- * expert and the column tiles of one unit share weights / token rows in L2). */
+/* Grid: units of us (1 or 2) consecutive slots x column tiles, column tile fastest (the
+ * units of one expert and the column tiles of one unit share weights / token rows in L2). */
 template <bool GATED>
 __global__ void __launch_bounds__(WG_THREADS, 2)
-fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
+fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int us)
 {
 #ifdef FP4_WG_SM90
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const int ctile = (int)(blockIdx.x % (unsigned)ny), unit = (int)(blockIdx.x / (unsigned)ny);
-    const int s0 = 2 * unit, s1 = s0 + 1;
+    const int s0 = us * unit, s1 = s0 + 1;
     int e0, e1;
     if (p.tile_expert) {
         e0 = p.tile_expert[s0];
-        e1 = s1 < p.n_tiles_m ? p.tile_expert[s1] : -1;
+        e1 = us == 2 && s1 < p.n_tiles_m ? p.tile_expert[s1] : -1;
     } else {
         e0 = (long long)s0 * 64 < p.a_rows ? 0 : -1;
-        e1 = s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
+        e1 = us == 2 && s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
     }
     /* A slot alone runs as 64, 32 or 16 tokens: its rows in use are a prefix (the grouping
      * fills an expert's segment from its start), so rows 16 and 32 tell how many. */
@@ -425,14 +422,16 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     if (p->wfmt != FP4_MMA_W_NVFP4) return cudaErrorNotSupported;
     if (!p->a || !p->out || !p->wq || !p->ws || p->k < WG_BK || p->k % WG_BK || p->n < 64 ||
         p->n % 64 || p->n_tiles_m < 1 || p->n_tiles_m > 0x7fffffff / 64 ||
-        (!p->tile_expert && p->row_dst) || ((uintptr_t)p->a & 15) || ((uintptr_t)p->out & 15))
+        (!p->tile_expert && p->row_dst) || ((uintptr_t)p->a & 15) || ((uintptr_t)p->out & 15) ||
+        p->unit_slots < 0 || p->unit_slots > 2)
         return cudaErrorInvalidValue;
+    const int us = p->unit_slots == 1 ? 1 : 2;
     long long ny = p->gated ? p->n / 64 : (p->n + WG_BW - 1) / WG_BW;
-    long long blocks = ((long long)p->n_tiles_m + 1) / 2 * ny;
+    long long blocks = ((long long)p->n_tiles_m + us - 1) / us * ny;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     if (p->gated)
-        fp4_sm90_wgmma_kernel<true><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+        fp4_sm90_wgmma_kernel<true><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny, us);
     else
-        fp4_sm90_wgmma_kernel<false><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+        fp4_sm90_wgmma_kernel<false><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny, us);
     return cudaGetLastError();
 }
