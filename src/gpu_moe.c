@@ -191,14 +191,27 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 #define DEC_FUSED_ROUTER_MAX_M 32 /* <= FP4_DEC_ROUTE_MAX_M */
 
 /* Tokens per decode slot, the one rule: 8 while the fused small-M router groups (m <= 32) and
- * while an expert gets at most 4 tokens on average; 16 up to 10 on average, else 32. A wider
+ * while an expert gets at most 4 tokens on average; 16 up to 16 on average, else 32. A wider
  * slot shares each dequantized weight fragment over 2 or 4 mma n8 tiles, so an expert whose
- * tokens would fill two 8-token slots has its weights dequantized once, not twice. */
+ * tokens would fill two 8-token slots has its weights dequantized once, not twice. 16 runs
+ * two m16 tiles per warp (32 spills), so it stays the better slot up to 16 on average
+ * (H200, 16/expert: 412 us, against 513 for 32-token slots before the two m16 tiles and
+ * the staged FC2 activations, bench/NOTES.md). */
 static int dec_slot_tokens(int m, int k, int n_experts)
 {
     double avg = (double)m * k / n_experts;
     if (m <= DEC_FUSED_ROUTER_MAX_M || avg <= 4.0) return FP4_DEC_TILE_T;
-    return avg <= 10.0 ? 16 : 32;
+    return avg <= 16.0 ? 16 : 32;
+}
+
+/* sm90-wgmma slots per CTA, the one rule: below 64 tokens per expert on average an expert
+ * fills one 64-token slot, so two consecutive slots almost always belong to two experts and
+ * a two-slot CTA would run them one after the other: one slot per CTA gives twice the CTAs
+ * at half the length (better balance over the SMs). From 64 on, two slots of one expert
+ * share each dequantized weight tile (m64n128). */
+static int wg_unit_slots(int m, int k, int n_experts)
+{
+    return (long long)m * k < 64LL * n_experts ? 1 : 2;
 }
 
 static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
@@ -460,7 +473,8 @@ fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
         if ((st = check_linear(&w->down[x], 1, H, I, L, name, e))) return st;
     }
     cudaError_t err;
-    if ((err = fp4_moe_route_init()) != cudaSuccess || (err = fp4_mma_gemm_init()) != cudaSuccess)
+    if ((err = fp4_moe_route_init()) != cudaSuccess || (err = fp4_mma_gemm_init()) != cudaSuccess ||
+        (err = fp4_dec_gemm_init()) != cudaSuccess)
         return cuda_fail(e, err, "kernel setup");
     /* The wgmma kernel exists only on sm_90: its init fails elsewhere, and a forward that asks
      * for it then reports so (the oracle never asks for it off sm_90). */
@@ -665,6 +679,7 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     p.out_rows = l.n_slots * FP4_MMA_TILE_M;
     p.wq = g->w13, p.ws = g->s13, p.gscale = g->g13, p.out = abuf;
     int wg = kernel == FP4_GPU_K_SM90_WGMMA;
+    p.unit_slots = wg_unit_slots(m, k, E);
     if (wg && !fp4_sm90_wgmma_gemm_serves(&p))
         return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
                         "GPU MoE kernel 'sm90-wgmma' cannot run here (H=%d, I=%d): it needs an "

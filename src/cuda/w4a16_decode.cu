@@ -10,7 +10,7 @@
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
- * fragments (RT 2 with 8-token slots only). K slices are reduced through shared memory in a
+ * fragments (RT 2 with 8- and 16-token slots). K slices are reduced through shared memory in a
  * fixed order (deterministic; NVFP4 warps leave their partials in their own ring).
  * Dequantization (exact): an e2m1 nibble moved to bf16 bits 6..8 (+ sign to bit 15) is the
  * code value times 2^-126 (e2m1_pair: the packed nibble order of src/gpu_pack.h makes each
@@ -55,6 +55,11 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
  * and their RR scale words. The warp reads only what it copied: __syncwarp orders the
  * copies of one lane before the reads of another and the reads before the next refill. */
 #define DEC_RING_GROUPS 8 /* ring depth in 64-groups at RT 1 (RT 2: half, same bytes) */
+#define DEC_XS_MAX_K 960   /* KS 1 runs K <= 960 (K / 64 < 16, fp4_dec_gemm) */
+/* Staged activations (NVFP4, KS 1): TT token rows of K bf16 in dynamic shared memory, rows
+ * padded by 16 bytes so the lane quads' 16-byte reads of 8 rows hit distinct banks. */
+static __host__ __device__ constexpr int dec_xs_row_bytes(int k) { return 2 * k + 16; }
+#define DEC_XS_MAX_BYTES (32 * dec_xs_row_bytes(DEC_XS_MAX_K))
 
 template <int WF, int GATED, int KS, int RT, int NB>
 __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
@@ -66,8 +71,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     constexpr int TT = 8 * NB;                             /* tokens per slot */
     static_assert(NV || NB == 1, "BF16 weights: one n8 token tile per slot");
     static_assert(RT * NB * 4 * 32 <= RING * RR * 8, "split-K partials reuse the warp's ring");
+    constexpr bool XS = NV && KS == 1; /* the slot's activations staged once per block */
     /* split-K partials: BF16 here, NVFP4 in the warp's own ring once its main loop is done */
     __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
+    extern __shared__ __align__(16) unsigned char xs[]; /* XS: [TT][dec_xs_row_bytes(k)] */
     __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
     __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
     fp4_pdl_wait(); /* the slot table and activations come from the kernel before */
@@ -155,10 +162,30 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
             ist = (ist + 1) & (RING - 1);
         };
         /* Activations of group gb0 + i + 1 into xn while group i computes from xc; lanes of
-         * no token keep zeros (set once). */
+         * no token keep zeros (set once). XS: from the block's staged rows (the 8 row warps
+         * read the same K range; global loads would fetch them from L2 once per warp). */
         const uint4 *xp[NB];
+        if constexpr (XS) {
+            const int xrb = dec_xs_row_bytes(k);
+            const uint32_t xs0 = smem_u32(xs);
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++) xp[nb] = (const uint4 *)(xrow[nb] + 64 * gb0 + 16 * t);
+            for (int q = 0; q < NB; q++) { /* warp w copies rows w + 8 q, one 16-byte chunk
+                                              per lane and step */
+                const int r = warp + DEC_WARPS * q, prow = slot * TT + r;
+                int arow = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+                if (!GATED && p.row_dst && p.row_dst[prow] < 0) arow = -1;
+                const uint16_t *src = p.a + (size_t)(arow >= 0 ? arow : 0) * k;
+                for (int j = lane; j < k / 8; j += 32)
+                    cp_async16(xs0 + r * xrb + 16 * j, src + 8 * j, arow >= 0 ? 16 : 0);
+            }
+            cp_async_commit(); /* the oldest group: complete once ring group 0 is waited for */
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+                xp[nb] = (const uint4 *)(xs + (8 * nb + g) * xrb + 128 * gb0 + 32 * t);
+        } else {
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) xp[nb] = (const uint4 *)(xrow[nb] + 64 * gb0 + 16 * t);
+        }
         auto step = [&](int i, const uint4 (&xc)[NB][2], uint4 (&xn)[NB][2]) {
             cp_async_wait<RING - 2>(); /* this lane's copies of group i landed */
             __syncwarp();              /* ... and every lane's; stage (i - 1) % RING read */
@@ -167,8 +194,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
             for (int nb = 0; nb < NB; nb++)
                 if (xok[nb] && i + 1 < ng) {
                     xp[nb] += 8;
-                    xn[nb][0] = __ldg(xp[nb]);
-                    xn[nb][1] = __ldg(xp[nb] + 1);
+                    xn[nb][0] = XS ? xp[nb][0] : __ldg(xp[nb]);
+                    xn[nb][1] = XS ? xp[nb][1] : __ldg(xp[nb] + 1);
                 }
             const int st = i & (RING - 1);
 #pragma unroll
@@ -199,13 +226,17 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
         };
 #pragma unroll
         for (int i = 0; i < RING - 1; i++) issue(i);
+        if constexpr (XS) { /* this thread's staging copies landed, then everyone's */
+            cp_async_wait<RING - 1>();
+            __syncthreads();
+        }
         uint4 xa[NB][2], xb[NB][2];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
             xa[nb][0] = xa[nb][1] = xb[nb][0] = xb[nb][1] = make_uint4(0, 0, 0, 0);
             if (xok[nb] && ng > 0) {
-                xa[nb][0] = __ldg(xp[nb]);
-                xa[nb][1] = __ldg(xp[nb] + 1);
+                xa[nb][0] = XS ? xp[nb][0] : __ldg(xp[nb]);
+                xa[nb][1] = XS ? xp[nb][1] : __ldg(xp[nb] + 1);
             }
         }
         for (int i = 0; i < ng; i += 2) {
@@ -626,19 +657,45 @@ static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
     dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
+    const size_t xs = WF == FP4_DEC_W_NVFP4 && KS == 1 ? (size_t)8 * NB * dec_xs_row_bytes(p->k) : 0;
     cudaLaunchAttribute at[1];
-    cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), 0, stream, at);
+    cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), xs, stream, at);
     return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT, NB>, *p);
 }
 
-/* NVFP4: RT 2 for 8-token slots only; wider slots share one A fragment over NB n8 tiles. */
+/* The staged-activation kernels (NVFP4, KS 1) may take up to DEC_XS_MAX_BYTES of dynamic
+ * shared memory beside their static rings. */
+template <int GATED> static cudaError_t xs_init(void)
+{
+    const int NV = FP4_DEC_W_NVFP4;
+    const void *kern[] = {(const void *)fp4_dec_kernel<NV, GATED, 1, 1, 1>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 1>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 1, 1, 2>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 2>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 1, 1, 4>};
+    for (size_t i = 0; i < sizeof kern / sizeof kern[0]; i++) {
+        cudaError_t err = cudaFuncSetAttribute(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               DEC_XS_MAX_BYTES);
+        if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t fp4_dec_gemm_init(void)
+{
+    cudaError_t err = xs_init<0>();
+    return err != cudaSuccess ? err : xs_init<1>();
+}
+
+/* NVFP4: wider slots share one A fragment over NB n8 tiles; RT 2 (two m16 tiles share each
+ * B fragment: half the activation re-reads) for slots of 8 and 16 tokens (at 32 it spills). */
 template <int GATED, int KS>
 static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t stream)
 {
     const int NV = FP4_DEC_W_NVFP4;
     switch (p->tile_t) {
-    case 16: return launch<NV, GATED, KS, 1, 2>(p, stream);
-    case 32: return launch<NV, GATED, KS, 1, 4>(p, stream);
+    case 16: return rt2 ? launch<NV, GATED, KS, 2, 2>(p, stream) : launch<NV, GATED, KS, 1, 2>(p, stream);
+    case 32: return launch<NV, GATED, KS, 1, 4>(p, stream); /* RT 2 would spill */
     default: return rt2 ? launch<NV, GATED, KS, 2, 1>(p, stream) : launch<NV, GATED, KS, 1, 1>(p, stream);
     }
 }

@@ -66,8 +66,8 @@ typedef struct fp4_dec_gemm_args {
     int tiles_per_warp;         /* m16 weight tiles per warp sharing one B fragment: 2 (NVFP4
                                    only; halves activation re-reads), else 1 */
     int tile_t;                 /* tokens per slot: 8 (0 means 8), or 16 / 32 (NVFP4 only: one
-                                   dequantized weight fragment feeds 2 / 4 n8 mma tiles;
-                                   tiles_per_warp is then 1); the rows above are
+                                   dequantized weight fragment feeds 2 / 4 n8 mma tiles; at 32
+                                   tiles_per_warp is taken as 1); the rows above are
                                    [n_slots * tile_t] */
 } fp4_dec_gemm_args;
 
@@ -106,6 +106,10 @@ cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router, const flo
 /* Checks k % 64, n % 16, pointers (NVFP4: wq 16-byte, ws 4-byte aligned); returns
  * cudaErrorInvalidValue when they fail. */
 cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *args, cudaStream_t stream);
+
+/* One-time setup per device (shared-memory limits of the kernels that stage activations).
+ * Call before the first fp4_dec_gemm. */
+cudaError_t fp4_dec_gemm_init(void);
 
 #ifdef __cplusplus
 }
