@@ -149,7 +149,7 @@ struct fp4_gpu_moe {
 };
 
 typedef struct gpu_ws {
-    int n_slots, tile_t;
+    int n_slots, tile_t, slot_align;
     size_t ids, w, tile_expert, row_src, row_dst, row_w, a, pairs, sh_a, xp, logits, total;
     size_t logits_bytes; /* also the route / group scratch */
 } gpu_ws;
@@ -204,23 +204,16 @@ static int dec_slot_tokens(int m, int k, int n_experts)
     return avg <= 16.0 ? 16 : 32;
 }
 
-/* sm90-wgmma slots per CTA, the one rule: below 64 tokens per expert on average an expert
- * fills one 64-token slot, so two consecutive slots almost always belong to two experts and
- * a two-slot CTA would run them one after the other: one slot per CTA gives twice the CTAs
- * at half the length (better balance over the SMs). From 64 on, two slots of one expert
- * share each dequantized weight tile (m64n128). */
-static int wg_unit_slots(int m, int k, int n_experts)
-{
-    return (long long)m * k < 64LL * n_experts ? 1 : 2;
-}
-
 static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
 {
     gpu_ws l;
     size_t pairs = (size_t)m * g->topk, off = 0;
     int dec = kernel == FP4_GPU_K_DECODE;
     l.tile_t = dec ? dec_slot_tokens(m, g->topk, g->n_experts) : FP4_MMA_TILE_M;
-    l.n_slots = fp4_moe_group_slots(m, g->topk, g->n_experts, l.tile_t);
+    /* sm90-wgmma runs two slots of one expert as one 128-token tile: segments of an even
+     * number of slots make every pair (2u, 2u + 1) one expert's */
+    l.slot_align = kernel == FP4_GPU_K_SM90_WGMMA ? 2 : 1;
+    l.n_slots = fp4_moe_group_slots(m, g->topk, g->n_experts, l.tile_t, l.slot_align);
     size_t rows = (size_t)l.n_slots * l.tile_t;
 #define TAKE(field, bytes) (l.field = off, off = align256(off + (bytes)))
     TAKE(ids, pairs * 4);
@@ -248,9 +241,12 @@ static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
 size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens)
 {
     if (!g || max_tokens < 1) return 0;
-    size_t a = ws_layout(g, max_tokens, FP4_GPU_K_MMA).total;
-    size_t b = ws_layout(g, max_tokens, FP4_GPU_K_DECODE).total;
-    return a > b ? a : b;
+    size_t most = 0; /* every kernel's layout differs (slot width, slot pairs) */
+    for (int kern = 0; kern < FP4_GPU_K_COUNT; kern++) {
+        size_t b = ws_layout(g, max_tokens, (fp4_gpu_kernel)kern).total;
+        if (b > most) most = b;
+    }
+    return most;
 }
 
 size_t fp4_gpu_moe_workspace_for(const fp4_arch *a, int max_tokens)
@@ -664,7 +660,7 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
                         a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling,
                         ws + l.logits, l.logits_bytes, ids, wts, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "route launch");
-    err = fp4_moe_group(ids, wts, m, k, E, FP4_MMA_TILE_M, l.n_slots, ws + l.logits,
+    err = fp4_moe_group(ids, wts, m, k, E, FP4_MMA_TILE_M, l.slot_align, l.n_slots, ws + l.logits,
                         l.logits_bytes, tile_expert, row_src, row_dst, row_w, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "group launch");
     if (prologue_only) return FP4MOE_OK;
@@ -679,7 +675,6 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     p.out_rows = l.n_slots * FP4_MMA_TILE_M;
     p.wq = g->w13, p.ws = g->s13, p.gscale = g->g13, p.out = abuf;
     int wg = kernel == FP4_GPU_K_SM90_WGMMA;
-    p.unit_slots = wg_unit_slots(m, k, E);
     if (wg && !fp4_sm90_wgmma_gemm_serves(&p))
         return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
                         "GPU MoE kernel 'sm90-wgmma' cannot run here (H=%d, I=%d): it needs an "

@@ -6,8 +6,8 @@
  * atomics only for counts, so every table is the same on every run:
  *   count:   block b counts its chunk of GROUP_PB pairs per expert -> counts[b][E];
  *   prefix:  one block scans counts over b per expert (in place: counts[b][e] becomes the
- *            first row of chunk b's pairs of expert e), the padded segments over e, writes
- *            the tile table and the padding rows;
+ *            first row of chunk b's pairs of expert e), the padded segments over e (a
+ *            multiple of align slots each), writes the tile table and the padding rows;
  *   scatter: block b ranks its pairs per expert in pair order (per-warp counts, a prefix
  *            over the 8 warps, then __match_any_sync per 32 pairs) and writes its rows.
  * Inside an expert's segment rows are in ascending pair index p = t*k + slot.
@@ -52,7 +52,7 @@ fp4_group_count_kernel(const int32_t *__restrict__ ids, long long n_pairs, int n
 /* One block. Thread (e = tid % 256, r = tid / 256) scans the chunk range of part r. */
 __global__ void __launch_bounds__(GROUP_PREFIX_THREADS)
 fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_experts, int tile_m,
-                        int n_slots, int32_t *__restrict__ tile_expert,
+                        int align, int n_slots, int32_t *__restrict__ tile_expert,
                         int32_t *__restrict__ row_src, int32_t *__restrict__ row_dst,
                         float *__restrict__ row_w)
 {
@@ -79,7 +79,7 @@ fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_expert
             if (ee < n_experts)
                 for (int rr = 0; rr < GROUP_PREFIX_PARTS; rr++) c += part[rr][ee];
             if (ee < n_experts) tot[ee] = c;
-            nt[i] = (c + tile_m - 1) / tile_m;
+            nt[i] = (c + align * tile_m - 1) / (align * tile_m) * align;
             run += nt[i];
         }
         int incl = run;
@@ -120,9 +120,11 @@ fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_expert
         }
         tile_expert[s] = ex;
     }
-    /* padding: each segment's tail, then every row past the last used slot */
-    for (int i = tid; i < n_experts * tile_m; i += GROUP_PREFIX_THREADS) {
-        const int ex = i / tile_m, o = tot[ex] + i % tile_m;
+    /* padding: each segment's tail (< align * tile_m rows), then every row past the last used
+     * slot */
+    const int seg_pad = align * tile_m;
+    for (int i = tid; i < n_experts * seg_pad; i += GROUP_PREFIX_THREADS) {
+        const int ex = i / seg_pad, o = tot[ex] + i % seg_pad;
         if (o < (tstart[ex + 1] - tstart[ex]) * tile_m) {
             const long long row = (long long)tstart[ex] * tile_m + o;
             row_src[row] = -1;
@@ -185,15 +187,15 @@ fp4_group_scatter_kernel(const int32_t *__restrict__ ids, const float *__restric
 }
 
 extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k,
-                                     int n_experts, int tile_m, int n_slots, void *scratch,
+                                     int n_experts, int tile_m, int align, int n_slots, void *scratch,
                                      size_t scratch_bytes, int32_t *tile_expert,
                                      int32_t *row_src, int32_t *row_dst, float *row_w,
                                      cudaStream_t stream)
 {
     if (!ids || !w || !scratch || !tile_expert || !row_src || !row_dst || !row_w || m < 1 ||
         k < 1 || n_experts < 1 || n_experts > FP4_GROUP_MAX_EXPERTS || tile_m < 1 ||
-        (long long)m * k > 0x7fffffffLL ||
-        n_slots != fp4_moe_group_slots(m, k, n_experts, tile_m) ||
+        (align != 1 && align != 2) || (long long)m * k > 0x7fffffffLL ||
+        n_slots != fp4_moe_group_slots(m, k, n_experts, tile_m, align) ||
         (long long)n_slots * tile_m > 0x7fffffffLL ||
         scratch_bytes < fp4_moe_group_scratch_bytes(m, k, n_experts))
         return cudaErrorInvalidValue;
@@ -204,7 +206,7 @@ extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, 
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     fp4_group_prefix_kernel<<<1, GROUP_PREFIX_THREADS, 0, stream>>>(
-        counts, nb, n_experts, tile_m, n_slots, tile_expert, row_src, row_dst, row_w);
+        counts, nb, n_experts, tile_m, align, n_slots, tile_expert, row_src, row_dst, row_w);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     fp4_group_scatter_kernel<<<nb, GROUP_THREADS, 0, stream>>>(ids, w, n_pairs, k, n_experts,
                                                                counts, row_src, row_dst, row_w);

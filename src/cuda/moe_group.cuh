@@ -14,27 +14,29 @@ extern "C" {
 
 #define FP4_GROUP_MAX_EXPERTS 256
 
-/* Tile slots needed for m*k pairs over E experts with segments padded to tile_m rows:
- * every expert's tiles fit in ceil(m*k / tile_m) + E slots. */
-static inline int fp4_moe_group_slots(int m, int k, int n_experts, int tile_m)
+/* Tile slots needed for m*k pairs over E experts with segments padded to tile_m rows, each
+ * segment a multiple of align (1 or 2) slots: they fit in ceil(m*k / tile_m) + align * E. */
+static inline int fp4_moe_group_slots(int m, int k, int n_experts, int tile_m, int align)
 {
     long long p = (long long)m * k;
-    return (int)((p + tile_m - 1) / tile_m) + n_experts;
+    return (int)((p + tile_m - 1) / tile_m) + align * n_experts;
 }
 
 /* Device scratch fp4_moe_group needs: one int per (chunk of 2048 pairs, expert). */
 size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts);
 
 /* Group the m*k pairs of ids[m, k] / w[m, k] by expert into a padded row space of
- * n_slots * tile_m rows: each expert's segment starts at a multiple of tile_m; slot s covers
- * rows [s*tile_m, (s+1)*tile_m) and tile_expert[s] is its expert or -1 (past the end).
+ * n_slots * tile_m rows: each expert's segment starts at a multiple of tile_m and holds a
+ * multiple of align slots (align 2: an expert's slots pair up as (2u, 2u + 1), the second
+ * of its last pair possibly empty); slot s covers rows [s*tile_m, (s+1)*tile_m) and
+ * tile_expert[s] is its expert or -1 (past the end).
  * Per padded row: row_src = token (-1 for padding), row_dst = pair index t*k+slot (-1),
  * row_w = the pair's routing weight (0). Rows inside a segment are in ascending pair index
  * (the same tables on every run; the GEMMs do not depend on the order). n_slots must be
- * fp4_moe_group_slots(m, k, E, tile_m); scratch_bytes >= fp4_moe_group_scratch_bytes(m, k,
+ * fp4_moe_group_slots(m, k, E, tile_m, align); scratch_bytes >= fp4_moe_group_scratch_bytes(m, k,
  * E), dead after the call's kernels. Three launches, grids fixed by m*k. E <= 256. */
 cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k, int n_experts,
-                          int tile_m, int n_slots, void *scratch, size_t scratch_bytes,
+                          int tile_m, int align, int n_slots, void *scratch, size_t scratch_bytes,
                           int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
                           float *row_w, cudaStream_t stream);
 

@@ -14,7 +14,9 @@
  * wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
  * consecutive 64-row slots of the same expert: m64n128k16; a slot alone: m64n64k16, or
- * m64n32k16 / m64n16k16 when it holds at most 32 / 16 tokens), K tiles of 64 through a
+ * m64n32k16 / m64n16k16 when it holds at most 32 / 16 tokens; the caller's grouping pads
+ * every expert to an even number of slots, fp4_moe_group align 2, so a pair of slots never
+ * holds two experts and its second slot is empty or in use), K tiles of 64 through a
  * cp.async ring of 84 KB (4 stages of 128 tokens, 6 of 64, 9 of 32, 12 of 16: the weight
  * bytes in flight matter when few tokens share them), one barrier per K tile. Registers hold two K tiles of
  * A fragments: while the wgmmas of tile kt run, the warps dequantize tile kt+1
@@ -335,24 +337,24 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
 
 #endif /* FP4_WG_SM90 */
 
-/* Grid: units of us (1 or 2) consecutive slots x column tiles, column tile fastest (the
- * units of one expert and the column tiles of one unit share weights / token rows in L2). */
+/* Grid: units of two consecutive slots x column tiles, column tile fastest (the units of one
+ * expert and the column tiles of one unit share weights / token rows in L2). */
 template <bool GATED>
 __global__ void __launch_bounds__(WG_THREADS, 2)
-fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int us)
+fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 {
 #ifdef FP4_WG_SM90
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const int ctile = (int)(blockIdx.x % (unsigned)ny), unit = (int)(blockIdx.x / (unsigned)ny);
-    const int s0 = us * unit, s1 = s0 + 1;
+    const int s0 = 2 * unit, s1 = s0 + 1;
     int e0, e1;
     if (p.tile_expert) {
         e0 = p.tile_expert[s0];
-        e1 = us == 2 && s1 < p.n_tiles_m ? p.tile_expert[s1] : -1;
+        e1 = s1 < p.n_tiles_m ? p.tile_expert[s1] : -1;
     } else {
         e0 = (long long)s0 * 64 < p.a_rows ? 0 : -1;
-        e1 = us == 2 && s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
+        e1 = s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
     }
     /* A slot alone runs as 64, 32 or 16 tokens: its rows in use are a prefix (the grouping
      * fills an expert's segment from its start), so rows 16 and 32 tell how many. */
@@ -365,11 +367,12 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int u
         else if (used(r0 + 16)) wg_tile<32, GATED>(p, sm, e, s, ctile);
         else wg_tile<16, GATED>(p, sm, e, s, ctile);
     };
-    if (e0 >= 0 && e0 == e1) {
+    /* the second slot of an expert's last pair may be empty: then the first runs alone */
+    if (e0 >= 0 && e0 == e1 && used((long long)s1 * 64)) {
         wg_tile<128, GATED>(p, sm, e0, s0, ctile);
     } else {
         if (e0 >= 0) slot_alone(e0, s0);
-        if (e1 >= 0) slot_alone(e1, s1);
+        if (e1 >= 0 && e1 != e0) slot_alone(e1, s1);
     }
 #else
     __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
@@ -422,16 +425,14 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     if (p->wfmt != FP4_MMA_W_NVFP4) return cudaErrorNotSupported;
     if (!p->a || !p->out || !p->wq || !p->ws || p->k < WG_BK || p->k % WG_BK || p->n < 64 ||
         p->n % 64 || p->n_tiles_m < 1 || p->n_tiles_m > 0x7fffffff / 64 ||
-        (!p->tile_expert && p->row_dst) || ((uintptr_t)p->a & 15) || ((uintptr_t)p->out & 15) ||
-        p->unit_slots < 0 || p->unit_slots > 2)
+        (!p->tile_expert && p->row_dst) || ((uintptr_t)p->a & 15) || ((uintptr_t)p->out & 15))
         return cudaErrorInvalidValue;
-    const int us = p->unit_slots == 1 ? 1 : 2;
     long long ny = p->gated ? p->n / 64 : (p->n + WG_BW - 1) / WG_BW;
-    long long blocks = ((long long)p->n_tiles_m + us - 1) / us * ny;
+    long long blocks = ((long long)p->n_tiles_m + 1) / 2 * ny;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     if (p->gated)
-        fp4_sm90_wgmma_kernel<true><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny, us);
+        fp4_sm90_wgmma_kernel<true><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
     else
-        fp4_sm90_wgmma_kernel<false><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny, us);
+        fp4_sm90_wgmma_kernel<false><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
     return cudaGetLastError();
 }

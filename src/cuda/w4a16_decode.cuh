@@ -81,7 +81,7 @@ static inline int fp4_dec_active_slots(int m, int k, int n_experts, int tile_t)
 
 /* Prologue of a decode forward, one launch: groups the m*k pairs of ids / w by expert into
  * slots of tile_t (8, 16 or 32) tokens (same outputs as fp4_moe_group with tile_m = tile_t,
- * n_slots = fp4_moe_group_slots(m, k, E, tile_t)) and, when xp is not NULL, writes x [m, h]
+ * n_slots = fp4_moe_group_slots(m, k, E, tile_t, 1)) and, when xp is not NULL, writes x [m, h]
  * (bf16, natural) into xp [m, h] in the paired layout. */
 cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, int k, int n_experts,
                          int n_slots, int tile_t, int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,

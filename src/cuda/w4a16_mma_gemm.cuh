@@ -47,11 +47,6 @@ typedef struct fp4_mma_gemm_args {
     const float *gscale;        /* NVFP4: per expert fp32 global scale(s), [E][2] (gate, up)
                                    when gated, [E] when plain. NULL: 1 */
     void *out;                  /* gated: bf16 [.., n]; plain: fp32 [.., n] */
-    int unit_slots;             /* sm90-wgmma only: slots per CTA. 2 (or 0): two
-                                   consecutive slots, one 128-token tile when they hold the
-                                   same expert, else one after the other; 1: one slot per
-                                   CTA (more, shorter CTAs: better balance when experts
-                                   hold one slot each). The mma.sync kernel ignores it */
 } fp4_mma_gemm_args;
 
 /* One-time setup (dynamic shared-memory limits). Call before the first launch. */
