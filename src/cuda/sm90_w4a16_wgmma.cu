@@ -9,17 +9,18 @@
  * a bf16x2 of the values times 2^-126 (one shift, two masks), times the packed block scale
  * as bf16 times 2^119 (fp4_scale_dup: a byte permute and a multiply-add per block):
  * w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant bits, and the product
- * is normal); 2^7 and the fp32 global scale go on the accumulator. The token rows are gathered per row index with
- * cp.async into shared memory as the K-major B operand in the 128-byte-swizzled layout of the
- * wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
+ * is normal); 2^7 and the fp32 global scale go on the accumulator. The token rows are
+ * gathered per row index with cp.async into shared memory as the K-major B operand in the
+ * 128-byte-swizzled layout of the wgmma descriptor (16-byte chunk j of row r stored at chunk
+ * j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
  * consecutive 64-row slots of the same expert: m64n128k16; a slot alone: m64n64k16, or
  * m64n32k16 / m64n16k16 when it holds at most 32 / 16 tokens; the caller's grouping pads
  * every expert to an even number of slots, fp4_moe_group align 2, so a pair of slots never
  * holds two experts and its second slot is empty or in use), K tiles of 64 through a
  * cp.async ring of 84 KB (4 stages of 128 tokens, 6 of 64, 9 of 32, 12 of 16: the weight
- * bytes in flight matter when few tokens share them), one barrier per K tile. Registers hold two K tiles of
- * A fragments: while the wgmmas of tile kt run, the warps dequantize tile kt+1
+ * bytes in flight matter when few tokens share them), one barrier per K tile. Registers hold
+ * two K tiles of A fragments: while the wgmmas of tile kt run, the warps dequantize tile kt+1
  * (wgmma.wait_group 1 frees the other buffer and the ring stage).
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
  * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared

@@ -3,8 +3,10 @@
  * tokens per expert (DESIGN.md sections 2 and 4), portable mma.sync m16n8k16 (sm_80, sm_90a).
  * Swap AB: 16 weight rows are the M operand, dequantized from NVFP4 (or read as BF16) into
  * registers; the tokens of one expert's slot (8, 16 or 32: args.tile_t) are NB = 1, 2 or 4
- * mma n8 tiles that share each dequantized A fragment, loaded straight into registers (they
- * stay in L2). NVFP4 weights and scales stream through a per-warp
+ * mma n8 tiles that share each dequantized A fragment. Their B fragments are loaded into
+ * registers straight from global memory (L2) when the block's warps split K (KS 8), or from
+ * one copy of the slot's token rows staged in shared memory per block when its 8 warps are
+ * row warps over the whole K (KS 1, K < 1024). NVFP4 weights and scales stream through a per-warp
  * cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB of 16-byte copies
  * in flight while it computes; BF16 weights (shared experts) use register batches.
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
@@ -55,9 +57,11 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
  * and their RR scale words. The warp reads only what it copied: __syncwarp orders the
  * copies of one lane before the reads of another and the reads before the next refill. */
 #define DEC_RING_GROUPS 8 /* ring depth in 64-groups at RT 1 (RT 2: half, same bytes) */
-#define DEC_XS_MAX_K 960   /* KS 1 runs K <= 960 (K / 64 < 16, fp4_dec_gemm) */
+#define DEC_KS8_GROUPS 16  /* K split over the 8 warps (KS 8) from K / 64 >= this on */
+#define DEC_XS_MAX_K (64 * (DEC_KS8_GROUPS - 1)) /* the largest K of a KS 1 launch */
 /* Staged activations (NVFP4, KS 1): TT token rows of K bf16 in dynamic shared memory, rows
  * padded by 16 bytes so the lane quads' 16-byte reads of 8 rows hit distinct banks. */
+static __host__ __device__ constexpr bool dec_xs(int wf, int ks) { return wf == FP4_DEC_W_NVFP4 && ks == 1; }
 static __host__ __device__ constexpr int dec_xs_row_bytes(int k) { return 2 * k + 16; }
 #define DEC_XS_MAX_BYTES (32 * dec_xs_row_bytes(DEC_XS_MAX_K))
 
@@ -71,7 +75,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     constexpr int TT = 8 * NB;                             /* tokens per slot */
     static_assert(NV || NB == 1, "BF16 weights: one n8 token tile per slot");
     static_assert(RT * NB * 4 * 32 <= RING * RR * 8, "split-K partials reuse the warp's ring");
-    constexpr bool XS = NV && KS == 1; /* the slot's activations staged once per block */
+    constexpr bool XS = dec_xs(WF, KS); /* the slot's activations staged once per block */
     /* split-K partials: BF16 here, NVFP4 in the warp's own ring once its main loop is done */
     __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
     extern __shared__ __align__(16) unsigned char xs[]; /* XS: [TT][dec_xs_row_bytes(k)] */
@@ -657,7 +661,7 @@ static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
     dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
-    const size_t xs = WF == FP4_DEC_W_NVFP4 && KS == 1 ? (size_t)8 * NB * dec_xs_row_bytes(p->k) : 0;
+    const size_t xs = dec_xs(WF, KS) ? (size_t)8 * NB * dec_xs_row_bytes(p->k) : 0;
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), xs, stream, at);
     return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT, NB>, *p);
@@ -718,7 +722,7 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
         return cudaErrorInvalidValue;
     /* Long K (FC1: K = H) is split over the 8 warps of a block so that a few slots still
      * fill the machine; short K (FC2: K = I) runs whole per warp, 8 row warps per block. */
-    const int ks8 = p->k / 64 >= 16;
+    const int ks8 = p->k / 64 >= DEC_KS8_GROUPS;
     const int rt2 = p->tiles_per_warp == 2;
     const int n_tiles = p->gated ? p->n / 8 : p->n / 16;
     if ((n_tiles + 7) / 8 > 65535) return cudaErrorInvalidValue;
