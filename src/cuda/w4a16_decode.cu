@@ -65,6 +65,15 @@ static __host__ __device__ constexpr bool dec_xs(int wf, int ks) { return wf == 
 static __host__ __device__ constexpr int dec_xs_row_bytes(int k) { return 2 * k + 16; }
 #define DEC_XS_MAX_BYTES (32 * dec_xs_row_bytes(DEC_XS_MAX_K))
 
+/* Row of a that padded row prow reads, or -1 (none: zeros). Plain (FC2) rows whose output is
+ * skipped read none either. */
+template <int GATED>
+static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int prow)
+{
+    if (!GATED && p.row_dst && p.row_dst[prow] < 0) return -1;
+    return p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+}
+
 template <int WF, int GATED, int KS, int RT, int NB>
 __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
@@ -101,9 +110,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     const uint16_t *xrow[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
-        const int prow = slot * TT + 8 * nb + g;
-        int arow = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
-        if (!GATED && p.row_dst && p.row_dst[prow] < 0) arow = -1;
+        const int arow = dec_a_row<GATED>(p, slot * TT + 8 * nb + g);
         xok[nb] = arow >= 0;
         xrow[nb] = p.a + (size_t)(xok[nb] ? arow : 0) * k;
     }
@@ -175,9 +182,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
 #pragma unroll
             for (int q = 0; q < NB; q++) { /* warp w copies rows w + 8 q, one 16-byte chunk
                                               per lane and step */
-                const int r = warp + DEC_WARPS * q, prow = slot * TT + r;
-                int arow = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
-                if (!GATED && p.row_dst && p.row_dst[prow] < 0) arow = -1;
+                const int r = warp + DEC_WARPS * q, arow = dec_a_row<GATED>(p, slot * TT + r);
                 const uint16_t *src = p.a + (size_t)(arow >= 0 ? arow : 0) * k;
                 for (int j = lane; j < k / 8; j += 32)
                     cp_async16(xs0 + r * xrb + 16 * j, src + 8 * j, arow >= 0 ? 16 : 0);
