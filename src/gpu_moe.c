@@ -90,6 +90,12 @@ size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens)
     return 0;
 }
 
+int fp4_gpu_moe_set_dec_slot_tokens(fp4_gpu_moe *g, int t)
+{
+    (void)g, (void)t;
+    return -1;
+}
+
 size_t fp4_gpu_moe_workspace_for(const fp4_arch *a, int max_tokens)
 {
     (void)a, (void)max_tokens;
@@ -146,6 +152,7 @@ struct fp4_gpu_moe {
     uint8_t *sh_w13, *sh_s13, *sh_w2, *sh_s2; /* shared nvfp4 */
     float *sh_g13, *sh_g2;                  /* [2], [1] */
     uint16_t *sh_b13, *sh_b2;               /* shared bf16 [2Is][H], [H][Is] */
+    int dec_slot_force;                     /* fp4_gpu_moe_set_dec_slot_tokens: 8, 16, 32; 0 */
 };
 
 typedef struct gpu_ws {
@@ -197,11 +204,20 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
  * two m16 tiles per warp (32 spills), so it stays the better slot up to 16 on average
  * (H200, 16/expert: 412 us, against 513 for 32-token slots before the two m16 tiles and
  * the staged FC2 activations, bench/NOTES.md). */
-static int dec_slot_tokens(int m, int k, int n_experts)
+static int dec_slot_tokens(const fp4_gpu_moe *g, int m)
 {
-    double avg = (double)m * k / n_experts;
-    if (m <= DEC_FUSED_ROUTER_MAX_M || avg <= 4.0) return FP4_DEC_TILE_T;
+    double avg = (double)m * g->topk / g->n_experts;
+    if (m <= DEC_FUSED_ROUTER_MAX_M) return FP4_DEC_TILE_T;
+    if (g->dec_slot_force) return g->dec_slot_force; /* measuring override (bench) */
+    if (avg <= 4.0) return FP4_DEC_TILE_T;
     return avg <= 16.0 ? 16 : 32;
+}
+
+int fp4_gpu_moe_set_dec_slot_tokens(fp4_gpu_moe *g, int t)
+{
+    if (!g || (t != 0 && t != 8 && t != 16 && t != 32)) return -1;
+    g->dec_slot_force = t;
+    return 0;
 }
 
 static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
@@ -209,7 +225,7 @@ static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
     gpu_ws l;
     size_t pairs = (size_t)m * g->topk, off = 0;
     int dec = kernel == FP4_GPU_K_DECODE;
-    l.tile_t = dec ? dec_slot_tokens(m, g->topk, g->n_experts) : FP4_MMA_TILE_M;
+    l.tile_t = dec ? dec_slot_tokens(g, m) : FP4_MMA_TILE_M;
     /* sm90-wgmma runs two slots of one expert as one 128-token tile: segments of an even
      * number of slots make every pair (2u, 2u + 1) one expert's */
     l.slot_align = kernel == FP4_GPU_K_SM90_WGMMA ? 2 : 1;

@@ -55,6 +55,12 @@ size_t fp4_gpu_moe_workspace_for(const fp4_arch *a, int max_tokens);
 /* Bytes of device workspace forward needs for up to max_tokens tokens, any kernel. */
 size_t fp4_gpu_moe_workspace_size(const fp4_gpu_moe *g, int max_tokens);
 
+/* For measuring the decode slot rule (bench --dec-slot-tokens): forwards above the fused
+ * small-M router sizes (M > 32) use decode slots of t = 8, 16 or 32 tokens instead of the
+ * rule's width; 0 restores the rule. Call before fp4_gpu_moe_workspace_size. Returns 0, or -1
+ * for another t or a build without CUDA. */
+int fp4_gpu_moe_set_dec_slot_tokens(fp4_gpu_moe *g, int t);
+
 /* Device pointers: x_bf16[M, H] bf16, y[M, H] fp32, topk_ids[M, k] int32 and topk_w[M, k]
  * fp32 (both may be NULL). stream is a cudaStream_t. Asynchronous: no host sync. */
 fp4moe_status fp4_gpu_moe_forward(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const void *x_bf16,

@@ -4,15 +4,17 @@
  * Swap AB: 16 weight rows are the M operand, dequantized from NVFP4 (or read as BF16) into
  * registers; the tokens of one expert's slot (8, 16 or 32: args.tile_t) are NB = 1, 2 or 4
  * mma n8 tiles that share each dequantized A fragment. Their B fragments are loaded into
- * registers straight from global memory (L2) when the block's warps split K (KS 8), or from
- * one copy of the slot's token rows staged in shared memory per block when its 8 warps are
- * row warps over the whole K (KS 1, K < 1024). NVFP4 weights and scales stream through a per-warp
+ * registers straight from global memory (L2) when the block's 8 warps split K (KS 8: long K
+ * with 8-token slots), else from the slot's token rows staged in shared memory: the whole K
+ * once per block when its 8 warps are row warps (KS 1, K < 1024), or chunks of 4 groups per
+ * K slice, double-buffered, when 2 K slices of 4 row warps share them (KS 2: long K with 16-
+ * and 32-token slots). NVFP4 weights and scales stream through a per-warp
  * cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB of 16-byte copies
  * in flight while it computes; BF16 weights (shared experts) use register batches.
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
- * fragments (RT 2 with 8- and 16-token slots). K slices are reduced through shared memory in a
+ * fragments (RT 2 unless 8-token slots at M = 1 ask for more blocks). K slices are reduced through shared memory in a
  * fixed order (deterministic; NVFP4 warps leave their partials in their own ring).
  * Dequantization (exact): an e2m1 nibble moved to bf16 bits 6..8 (+ sign to bit 15) is the
  * code value times 2^-126 (e2m1_pair: the packed nibble order of src/gpu_pack.h makes each
@@ -59,19 +61,28 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
 #define DEC_RING_GROUPS 8 /* ring depth in 64-groups at RT 1 (RT 2: half, same bytes) */
 #define DEC_KS8_GROUPS 16  /* K split over the 8 warps (KS 8) from K / 64 >= this on */
 #define DEC_XS_MAX_K (64 * (DEC_KS8_GROUPS - 1)) /* the largest K of a KS 1 launch */
-/* Staged activations (NVFP4, KS 1): TT token rows of K bf16 in dynamic shared memory, rows
- * padded by 16 bytes so the lane quads' 16-byte reads of 8 rows hit distinct banks. */
-static __host__ __device__ constexpr bool dec_xs(int wf, int ks) { return wf == FP4_DEC_W_NVFP4 && ks == 1; }
+#define DEC_XCG 4 /* KS 2: 64-groups per staged activation chunk */
+/* Staged activations (NVFP4, KS 1 or 2) in dynamic shared memory: TT token rows, padded by
+ * 16 bytes so the lane quads' 16-byte reads of 8 rows hit distinct banks. KS 1 (K < 1024,
+ * FC2) stages the whole K once; KS 2 (FC1 of 16- and 32-token slots) stages chunks of
+ * DEC_XCG groups per K slice, two buffers per slice, each chunk read by the slice's 4 row
+ * warps (instead of each warp fetching its own copy from L2). */
+static __host__ __device__ constexpr bool dec_xs(int wf, int ks) { return wf == FP4_DEC_W_NVFP4 && ks <= 2; }
 static __host__ __device__ constexpr int dec_xs_row_bytes(int k) { return 2 * k + 16; }
-#define DEC_XS_MAX_BYTES (32 * dec_xs_row_bytes(DEC_XS_MAX_K))
+static __host__ __device__ constexpr int dec_xs_bytes(int ks, int tt, int k)
+{
+    return ks == 1 ? tt * dec_xs_row_bytes(k) : 2 * ks * tt * dec_xs_row_bytes(64 * DEC_XCG);
+}
+static __host__ __device__ constexpr int dec_max(int a, int b) { return a > b ? a : b; }
+#define DEC_XS_MAX_BYTES dec_max(dec_xs_bytes(1, 32, DEC_XS_MAX_K), dec_xs_bytes(2, 32, 64 * DEC_XCG))
 
 /* Row of a that padded row prow reads, or -1 (none: zeros). Plain (FC2) rows whose output is
  * skipped read none either. */
 template <int GATED>
 static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int prow)
 {
-    if (!GATED && p.row_dst && p.row_dst[prow] < 0) return -1;
-    return p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+    const int arow = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+    return !GATED && p.row_dst && p.row_dst[prow] < 0 ? -1 : arow;
 }
 
 template <int WF, int GATED, int KS, int RT, int NB>
@@ -84,7 +95,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     constexpr int TT = 8 * NB;                             /* tokens per slot */
     static_assert(NV || NB == 1, "BF16 weights: one n8 token tile per slot");
     static_assert(RT * NB * 4 * 32 <= RING * RR * 8, "split-K partials reuse the warp's ring");
-    constexpr bool XS = dec_xs(WF, KS); /* the slot's activations staged once per block */
+    constexpr bool XS = dec_xs(WF, KS); /* the slot's activations staged per block */
+    constexpr bool XCH = XS && KS > 1;  /* ... in chunks of DEC_XCG groups per K slice */
+    static_assert(!XCH || DEC_XCG >= RING - 2, "a chunk has landed when its ring group has");
     /* split-K partials: BF16 here, NVFP4 in the warp's own ring once its main loop is done */
     __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
     extern __shared__ __align__(16) unsigned char xs[]; /* XS: [TT][dec_xs_row_bytes(k)] */
@@ -110,7 +123,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     const uint16_t *xrow[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
-        const int arow = dec_a_row<GATED>(p, slot * TT + 8 * nb + g);
+        const int arow = XS ? -1 : dec_a_row<GATED>(p, slot * TT + 8 * nb + g);
         xok[nb] = arow >= 0;
         xrow[nb] = p.a + (size_t)(xok[nb] ? arow : 0) * k;
     }
@@ -172,41 +185,41 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
             cp_async_commit();
             ist = (ist + 1) & (RING - 1);
         };
-        /* Activations of group gb0 + i + 1 into xn while group i computes from xc; lanes of
-         * no token keep zeros (set once). XS: from the block's staged rows (the 8 row warps
-         * read the same K range; global loads would fetch them from L2 once per warp). */
+        /* Activations. From L2 (KS 8): group gb0 + i + 1 into xn while group i computes from
+         * xc; lanes of no token keep zeros (set once). XS: each step reads group i from the
+         * staged rows (rows of no token were staged as zeros). */
         const uint4 *xp[NB];
-        if constexpr (XS) {
-            const int xrb = dec_xs_row_bytes(k);
-            const uint32_t xs0 = smem_u32(xs);
 #pragma unroll
-            for (int q = 0; q < NB; q++) { /* warp w copies rows w + 8 q, one 16-byte chunk
-                                              per lane and step */
-                const int r = warp + DEC_WARPS * q, arow = dec_a_row<GATED>(p, slot * TT + r);
-                const uint16_t *src = p.a + (size_t)(arow >= 0 ? arow : 0) * k;
-                for (int j = lane; j < k / 8; j += 32)
-                    cp_async16(xs0 + r * xrb + 16 * j, src + 8 * j, arow >= 0 ? 16 : 0);
+        for (int nb = 0; nb < NB; nb++) xp[nb] = (const uint4 *)(xrow[nb] + 64 * gb0 + 16 * t);
+        /* XS staging: chunk c (groups gb0 + XG c .., buffer c % 2 of slice ks) copied by the
+         * slice's row warps: warp rw copies rows rw + RW q, lane j the 16-byte column j (+ 32
+         * ...); lane q holds the source row of its warp's q-th row. */
+        constexpr int XQ = TT / RW; /* rows copied per warp */
+        const int XG = XCH ? DEC_XCG : ng; /* groups per chunk */
+        const int xrb = dec_xs_row_bytes(64 * XG), xbuf = KS * TT * xrb; /* buffer 1 - 0 */
+        const unsigned char *xsl = xs + ks * TT * xrb; /* this slice's buffer 0 */
+        int xq_row = -1;
+        if constexpr (XS)
+            if (lane < XQ) xq_row = dec_a_row<GATED>(p, slot * TT + rw + RW * lane);
+        auto stage = [&](int c) {
+            const int g0 = gb0 + XG * c, cols = 8 * min(XG, gb1 - g0);
+            const uint32_t dst = smem_u32(xsl + (c & 1) * xbuf);
+#pragma unroll
+            for (int q = 0; q < XQ; q++) {
+                const int r = rw + RW * q, arow = __shfl_sync(0xffffffffu, xq_row, q);
+                const uint16_t *src = p.a + (size_t)(arow >= 0 ? arow : 0) * k + 64 * g0;
+                for (int j = lane; j < cols; j += 32)
+                    cp_async16(dst + r * xrb + 16 * j, src + 8 * j, arow >= 0 ? 16 : 0);
             }
-            cp_async_commit(); /* the oldest group: complete once ring group 0 is waited for */
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++)
-                xp[nb] = (const uint4 *)(xs + (8 * nb + g) * xrb + 128 * gb0 + 32 * t);
-        } else {
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++) xp[nb] = (const uint4 *)(xrow[nb] + 64 * gb0 + 16 * t);
-        }
-        auto step = [&](int i, const uint4 (&xc)[NB][2], uint4 (&xn)[NB][2]) {
-            cp_async_wait<RING - 2>(); /* this lane's copies of group i landed */
-            __syncwarp();              /* ... and every lane's; stage (i - 1) % RING read */
-            issue(i + RING - 1);
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++)
-                if (xok[nb] && i + 1 < ng) {
-                    xp[nb] += 8;
-                    xn[nb][0] = XS ? xp[nb][0] : __ldg(xp[nb]);
-                    xn[nb][1] = XS ? xp[nb][1] : __ldg(xp[nb] + 1);
-                }
-            const int st = i & (RING - 1);
+            cp_async_commit();
+        };
+        const int n_chunks = XCH ? (ng + DEC_XCG - 1) / DEC_XCG : 1;
+        /* bar.sync of the slice's row warps (KS 1: the whole block) */
+        auto slice_sync = [&]() {
+            asm volatile("bar.sync %0, %1;\n" ::"r"(1 + ks), "r"(RW * 32) : "memory");
+        };
+        /* Dequantize group i's weights from ring stage st, multiply with its activations. */
+        auto compute = [&](int st, const uint4 (&xc)[NB][2]) {
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const uint2 wl = *(const uint2 *)&wring[warp][st][16 * r + g][2 * t];
@@ -233,19 +246,58 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                 }
             }
         };
+        auto step = [&](int i, const uint4 (&xl)[NB][2], uint4 (&xn)[NB][2]) {
+            cp_async_wait<RING - 2>(); /* this lane's copies of group i landed */
+            if (XCH && i > 0 && i % DEC_XCG == 0) {
+                /* chunk i / XG landed (its copies are older than ring group i: DEC_XCG >=
+                 * RING - 2) and every row warp of the slice is done with chunk i / XG - 1:
+                 * its buffer takes chunk i / XG + 1 */
+                slice_sync();
+                if (i / DEC_XCG + 1 < n_chunks) stage(i / DEC_XCG + 1);
+            } else {
+                __syncwarp(); /* every lane's copies landed; stage (i - 1) % RING read */
+            }
+            issue(i + RING - 1);
+            if constexpr (XS) {
+                const int c = XCH ? i / DEC_XCG : 0, gi = XCH ? i % DEC_XCG : i;
+                uint4 xc[NB][2];
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) {
+                    const uint4 *x = (const uint4 *)(xsl + (c & 1) * xbuf + (8 * nb + g) * xrb +
+                                                     128 * gi + 32 * t);
+                    xc[nb][0] = x[0];
+                    xc[nb][1] = x[1];
+                }
+                compute(i & (RING - 1), xc);
+            } else {
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++)
+                    if (xok[nb] && i + 1 < ng) {
+                        xp[nb] += 8;
+                        xn[nb][0] = __ldg(xp[nb]);
+                        xn[nb][1] = __ldg(xp[nb] + 1);
+                    }
+                compute(i & (RING - 1), xl);
+            }
+        };
+        if constexpr (XS) { /* the oldest copy groups: chunks 0 and 1 */
+            stage(0);
+            if (n_chunks > 1) stage(1);
+        }
 #pragma unroll
         for (int i = 0; i < RING - 1; i++) issue(i);
-        if constexpr (XS) { /* this thread's staging copies landed, then everyone's */
-            cp_async_wait<RING - 1>();
-            __syncthreads();
+        if constexpr (XS) { /* this thread's copies of chunk 0 landed, then everyone's */
+            if (n_chunks > 1) cp_async_wait<RING>();
+            else cp_async_wait<RING - 1>();
+            slice_sync();
         }
         uint4 xa[NB][2], xb[NB][2];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
             xa[nb][0] = xa[nb][1] = xb[nb][0] = xb[nb][1] = make_uint4(0, 0, 0, 0);
-            if (xok[nb] && ng > 0) {
-                xa[nb][0] = XS ? xp[nb][0] : __ldg(xp[nb]);
-                xa[nb][1] = XS ? xp[nb][1] : __ldg(xp[nb] + 1);
+            if (!XS && xok[nb] && ng > 0) {
+                xa[nb][0] = __ldg(xp[nb]);
+                xa[nb][1] = __ldg(xp[nb] + 1);
             }
         }
         for (int i = 0; i < ng; i += 2) {
@@ -666,22 +718,23 @@ static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
     dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
-    const size_t xs = dec_xs(WF, KS) ? (size_t)8 * NB * dec_xs_row_bytes(p->k) : 0;
+    const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k) : 0;
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), xs, stream, at);
     return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT, NB>, *p);
 }
 
-/* The staged-activation kernels (NVFP4, KS 1) may take up to DEC_XS_MAX_BYTES of dynamic
- * shared memory beside their static rings. */
+/* The staged-activation kernels (NVFP4, KS 1 and 2: the ones launch_nv instantiates) may take
+ * up to DEC_XS_MAX_BYTES of dynamic shared memory beside their static rings. */
 template <int GATED> static cudaError_t xs_init(void)
 {
     const int NV = FP4_DEC_W_NVFP4;
     const void *kern[] = {(const void *)fp4_dec_kernel<NV, GATED, 1, 1, 1>,
                           (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 1>,
-                          (const void *)fp4_dec_kernel<NV, GATED, 1, 1, 2>,
                           (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 2>,
-                          (const void *)fp4_dec_kernel<NV, GATED, 1, 1, 4>};
+                          (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 4>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 2>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 4>};
     for (size_t i = 0; i < sizeof kern / sizeof kern[0]; i++) {
         cudaError_t err = cudaFuncSetAttribute(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                DEC_XS_MAX_BYTES);
@@ -696,17 +749,23 @@ extern "C" cudaError_t fp4_dec_gemm_init(void)
     return err != cudaSuccess ? err : xs_init<1>();
 }
 
-/* NVFP4: wider slots share one A fragment over NB n8 tiles; RT 2 (two m16 tiles share each
- * B fragment: half the activation re-reads) for slots of 8 and 16 tokens (at 32 it spills). */
+/* NVFP4: wider slots share one A fragment over NB n8 tiles. RT 2 (two m16 tiles share each
+ * B fragment: half the activation re-reads) when asked, and always for 16- and 32-token
+ * slots (they come with KS 1 or 2: staged activations, no prefetch registers). 8-token slots
+ * run at any KS, wider ones at KS 1 and 2 only. */
 template <int GATED, int KS>
 static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t stream)
 {
     const int NV = FP4_DEC_W_NVFP4;
-    switch (p->tile_t) {
-    case 16: return rt2 ? launch<NV, GATED, KS, 2, 2>(p, stream) : launch<NV, GATED, KS, 1, 2>(p, stream);
-    case 32: return launch<NV, GATED, KS, 1, 4>(p, stream); /* RT 2 would spill */
-    default: return rt2 ? launch<NV, GATED, KS, 2, 1>(p, stream) : launch<NV, GATED, KS, 1, 1>(p, stream);
+    if constexpr (KS <= 2) {
+        if (p->tile_t == 16) return launch<NV, GATED, KS, 2, 2>(p, stream);
+        if (p->tile_t == 32) return launch<NV, GATED, KS, 2, 4>(p, stream);
     }
+    if constexpr (KS != 2) {
+        if (p->tile_t == 8 || !p->tile_t)
+            return rt2 ? launch<NV, GATED, KS, 2, 1>(p, stream) : launch<NV, GATED, KS, 1, 1>(p, stream);
+    }
+    return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t stream)
@@ -726,14 +785,20 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
     if (p->wfmt == FP4_DEC_W_NVFP4 && (((uintptr_t)p->wq & 15) || ((uintptr_t)p->ws & 3)))
         return cudaErrorInvalidValue;
     /* Long K (FC1: K = H) is split over the 8 warps of a block so that a few slots still
-     * fill the machine; short K (FC2: K = I) runs whole per warp, 8 row warps per block. */
-    const int ks8 = p->k / 64 >= DEC_KS8_GROUPS;
+     * fill the machine; with 16- or 32-token slots (several tokens per expert on average, so
+     * most experts are hit) over 2 K slices of 4 row warps that share staged activations.
+     * Short K (FC2: K = I) runs whole per warp, 8 row warps per block. */
+    const int ks_long = p->k / 64 >= DEC_KS8_GROUPS;
+    const int ks2 = ks_long && tt > 8 && p->wfmt == FP4_DEC_W_NVFP4, ks8 = ks_long && !ks2;
     const int rt2 = p->tiles_per_warp == 2;
     const int n_tiles = p->gated ? p->n / 8 : p->n / 16;
     if ((n_tiles + 7) / 8 > 65535) return cudaErrorInvalidValue;
     if (p->wfmt == FP4_DEC_W_NVFP4) {
-        if (p->gated) return ks8 ? launch_nv<1, 8>(p, rt2, stream) : launch_nv<1, 1>(p, rt2, stream);
-        return ks8 ? launch_nv<0, 8>(p, rt2, stream) : launch_nv<0, 1>(p, rt2, stream);
+        if (p->gated)
+            return ks8 ? launch_nv<1, 8>(p, rt2, stream)
+                       : ks2 ? launch_nv<1, 2>(p, rt2, stream) : launch_nv<1, 1>(p, rt2, stream);
+        return ks8 ? launch_nv<0, 8>(p, rt2, stream)
+                   : ks2 ? launch_nv<0, 2>(p, rt2, stream) : launch_nv<0, 1>(p, rt2, stream);
     }
     /* BF16 weights (shared experts only): one tile per warp (two spill), 8-token slots. */
     const int BF = FP4_DEC_W_BF16;

@@ -17,7 +17,9 @@
  * replay gives the same bits; forward_host gives the same bits as the device path; the
  * prologue alone (fp4_gpu_moe_prologue) writes the forward's top-k ids and weights.
  * The decode kernel's slot width (8, 16 or 32 tokens, by tokens per expert) is covered: 8 at
- * small M, 16 at odd-H top-4 M=40, 32 at tiny / odd-H M >= 64 and tp8-large.
+ * small M, 16 at odd-H top-4 M=40, 32 at tiny / odd-H M >= 64 and tp8-large; with K >= 1024
+ * (FC1 as 2 K slices sharing staged activations): 16 and 32 in long-K H=1344 (M=40, 64) and tp8
+ * (M=256: 16 at top-4 and top-8), 32 in tp8-large.
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 only (for
  * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
@@ -667,13 +669,17 @@ int main(void)
     static const int ms_tiny[] = {1, 7, 64, 1000, 4096}, k48[] = {4, 8};
     static const int ms_small[] = {7, 1000}, k8[] = {8};
     static const int ms_odd[] = {1, 40, 64, 1000}, k_odd[] = {4, 16};
-    static const int ms_tp8[] = {1, 7, 64}, ms_tp8_big[] = {1000, 4096, 16384};
+    static const int ms_tp8[] = {1, 7, 64, 256}, ms_tp8_big[] = {1000, 4096, 16384};
+    static const int ms_long_k[] = {40, 64};
     const shape_spec shapes[] = {
         {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_tiny, 5, k48, 2, 1, 0},
         {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_small, 2, k8, 1, 1, 0},
         /* H % 128 != 0 (masked FC2 column tile), no shared expert, top-k = E = 16 */
         {"odd-H", 320, 16, 128, SH_NONE, 0, ms_odd, 4, k_odd, 2, 0, 0},
-        {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 3, k48, 2, 1, 0},
+        /* H = 1344 (21 groups): FC1 of 16- and 32-token decode slots in 2 K slices of 10 and
+         * 11 groups, 3 staged chunks each, the last ones partial */
+        {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
+        {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 4, k48, 2, 1, 0},
         {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k48, 2, 0, 1},
     };
     /* FP4MOE_GPU_TEST_SMALL=1 (for compute-sanitizer): tiny shapes and M <= 64 only. */
@@ -684,6 +690,7 @@ int main(void)
             {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_s, 3, k48, 2, 0, 0},
             {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_s + 1, 1, k8, 1, 0, 0},
             {"odd-H", 320, 16, 128, SH_NONE, 0, ms_s, 2, k_odd, 2, 0, 0},
+            {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
         };
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
     } else if (timing && !strcmp(timing, "profile")) {
