@@ -2,6 +2,9 @@
 # Per-kernel profile of the oracle's pick on a few problems (ncu: duration, DRAM bytes and
 # throughput per kernel; nsys, when present: the graph-replay timeline summary).
 #   bench/profile_device.sh BUILD_DIR [PROBLEMS_FILE]     logs: $OUT/profile_*.txt
+# Optional environment: NCU_METRICS (comma list, replaces the default set), NCU_KERNELS
+# (ncu -k filter, default regex:fp4_), NCU_COUNT (ncu -c: kernels profiled), BENCH_ARGS
+# (extra `fp4moe bench` flags, e.g. --all-kernels), NSYS=0 (skip the nsys pass).
 set -uo pipefail
 B="$(cd "$1" && pwd)"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -14,14 +17,17 @@ if [ ! -f "$P" ]; then
     "6144 384 128 8 512 uniform" "6144 384 128 8 4096 uniform" > "$P"
 fi
 if command -v ncu > /dev/null; then
-  timeout 300 ncu -k regex:fp4_ --csv --metrics \
-    gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
-    "$B/fp4moe" bench --problems "$P" --reps 3 > "$OUT/profile_ncu.csv" 2> "$OUT/profile_ncu.err"
+  M="${NCU_METRICS:-gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size}"
+  # shellcheck disable=SC2086
+  timeout 300 ncu -k "${NCU_KERNELS:-regex:fp4_}" ${NCU_COUNT:+-c "$NCU_COUNT"} --csv --metrics "$M" \
+    "$B/fp4moe" bench --problems "$P" --reps 3 ${BENCH_ARGS:-} > "$OUT/profile_ncu.csv" 2> "$OUT/profile_ncu.err"
   echo "ncu rc=$? ($(wc -l < "$OUT/profile_ncu.csv") lines)"
 else
   echo "ncu: not installed"
 fi
-if command -v nsys > /dev/null; then
+if [ "${NSYS:-1}" = 0 ]; then
+  echo "nsys: skipped (NSYS=0)"
+elif command -v nsys > /dev/null; then
   # M=1 alone: the kernel sum of the replayed graph and its gaps
   echo "6144 384 128 8 1 uniform" > /tmp/fp4moe-profile-m1.txt
   timeout 200 nsys profile --cuda-graph-trace=node -o /tmp/fp4moe-nsys -f true \

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call of a session (run from the repository root on the GPU machine):
+#   OUT=... bash bench/device_call.sh STEPS
+# STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario), ab:LIST[:T] (A/B
+# of build-dev against build-base on bench/problems_LIST.txt, AB_PASSES default 3; T: the new
+# build runs with --dec-slot-tokens T), prof:LIST
+# (ncu per problem of bench/problems_LIST.txt, all kernels of w4a16-sm90, L2 and issue
+# metrics), humming (the peer at the sweep sizes). Logs under $OUT/r, packed as $OUT/all.tgz.
+set -uo pipefail
+R="$OUT/r"; mkdir -p "$R"
+export PYTHONPATH=.peer/pylibs PEER_DIR=.peer
+IFS=, read -ra steps <<< "$1"
+for st in "${steps[@]}"; do
+  echo "== $st $(date +%T)"
+  case "$st" in
+  tests) OUT="$R" bash bench/run_device.sh build-dev tests,scenario > "$R/run.log" 2>&1 ;;
+  ab:*) l="${st#ab:}"; t=""; case "$l" in *:*) t="${l#*:}"; l="${l%%:*}" ;; esac
+    mkdir -p "$R/ab_$l$t"
+    OUT="$R/ab_$l$t" AB_NEW_ARGS="${t:+--dec-slot-tokens $t}" AB_PASSES="${AB_PASSES:-3}" bash bench/ab_device.sh \
+      build-dev build-base "bench/problems_$l.txt" > "$R/ab_$l$t.log" 2>&1 ;;
+  prof:*) l="${st#prof:}"; i=0
+    grep -v '^#' "bench/problems_$l.txt" | while read -r line; do
+      i=$((i+1)); echo "$line" > "/tmp/prof_$i.txt"; mkdir -p "$R/prof_${l}_$i"
+      OUT="$R/prof_${l}_$i" NSYS=0 NCU_COUNT="${NCU_COUNT:-24}" \
+        NCU_KERNELS='regex:fp4_dec_kernel|fp4_sm90' BENCH_ARGS='--all-kernels --moe-backend w4a16-sm90' \
+        NCU_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size \
+        bash bench/profile_device.sh build-dev "/tmp/prof_$i.txt" > "$R/prof_${l}_$i/log.txt" 2>&1
+    done ;;
+  humming) for k in 8 4; do
+      python3 bench/peer/humming_moe_bench.py --hidden 6144 --inter 384 --topk $k --tokens 1 8 32 64 128 192 224 256 512 768 1024 1536 2048 4096 16384 \
+        --layouts indexed --no-parts --time-budget 40 --json "$R/humming_i384_k$k.json" >> "$R/humming.log" 2>&1
+    done ;;
+  esac
+done
+echo "== done $(date +%T)"
+tar -czf "$OUT/all.tgz" -C "$R" . && rm -rf "$R"
