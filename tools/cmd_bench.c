@@ -38,7 +38,9 @@ int cmd_bench(int argc, char **argv)
 
 static const char *usage_text =
     "usage: fp4moe bench [--problems FILE] [--moe-backend NAME] [--all-kernels] [--reps N] [--json FILE] [--seed S]\n"
+    "                    [--dec-slot-tokens 8|16|32]\n"
     "--all-kernels: time every kernel of each backend, not only the one the oracle picks (marked *).\n"
+    "--dec-slot-tokens: the decode kernel's slot width for M > 32 instead of its rule (for measuring the rule).\n"
     "default problems: bench/problems.txt of the source tree (FP4MOE_SRC, else the current directory).\n";
 
 #define ROTATE 4
@@ -202,7 +204,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *problems_path = NULL, *json_path = NULL, *backend = NULL;
     int all_kernels = 0;
-    long reps = 30;
+    long reps = 30, dec_slot = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
@@ -223,6 +225,13 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--reps")) {
             if (!(val = cli_value("bench", argc, argv, &i)) || !cli_int("bench", a, val, 3, 100000, &reps))
                 return CLI_USAGE;
+        } else if (!strcmp(a, "--dec-slot-tokens")) {
+            if (!(val = cli_value("bench", argc, argv, &i)) || !cli_int("bench", a, val, 8, 32, &dec_slot))
+                return CLI_USAGE;
+            if (dec_slot != 8 && dec_slot != 16 && dec_slot != 32) {
+                fprintf(stderr, "fp4moe bench: --dec-slot-tokens: expected 8, 16 or 32, found %ld\n", dec_slot);
+                return CLI_USAGE;
+            }
         } else if (!strcmp(a, "--seed")) {
             if (!(val = cli_value("bench", argc, argv, &i)) || !cli_u64("bench", a, val, &seed))
                 return CLI_USAGE;
@@ -276,8 +285,9 @@ int cmd_bench(int argc, char **argv)
         return CLI_FAIL;
     }
     if (jf)
-        fprintf(jf, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cublas_peak_TFLOPs\": %.1f, \"results\": [\n", dev.name,
-                bw / 1e9, peak / 1e12);
+        fprintf(jf, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cublas_peak_TFLOPs\": %.1f, \"dec_slot_tokens\": %ld, \"results\": [\n",
+                dev.name, bw / 1e9, peak / 1e12, dec_slot);
+    if (dec_slot) printf("decode slots: %ld tokens (--dec-slot-tokens) where M > 32\n", dec_slot);
     printf("%-32s %-16s %9s %8s %8s %9s %7s %8s %7s %9s %8s\n", "problem (H I E k M routing)", "backend/kernel", "us",
            "route_us", "exp_us", "floor_us", "x_floor", "GB/s", "TFLOP/s", "cublas_us", "bound");
     int first_json = 1;
@@ -323,6 +333,7 @@ int cmd_bench(int argc, char **argv)
                 timed |= 1u << kern;
                 if (!g && fp4_gpu_moe_create(&A, &rw.w, &g, &e))
                     return cli_error("bench", &e);
+                if (dec_slot) fp4_gpu_moe_set_dec_slot_tokens(g, (int)dec_slot);
                 size_t wsb = fp4_gpu_moe_workspace_size(g, p->m), xb = (size_t)p->m * p->hidden * 2;
                 void *ws, *x[ROTATE];
                 float *y;
