@@ -12,12 +12,13 @@
  *               expert, where it measured faster than "mma" (64-token tiles); "mma" above
  *               (H200, 2026-11-29, final kernels: 16/expert decode 555 us vs mma 729; 32/expert
  *               982 vs 789).
- *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 14 tokens per expert, then
+ *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 18 tokens per expert, then
  *               "sm90-wgmma" (wgmma with the weights dequantized into A registers), the
  *               design of the upstream engine's SM90 W4A16 MoE backend, hence "humming"
- *               (H200, 2026-11-29, decode with 16-token slots of two m16 tiles per warp and
- *               staged FC2 activations: 12/expert decode 335 us vs wgmma 376, 14/expert 368
- *               vs 380, 16/expert 412 vs 385: the lines cross near 14.6).
+ *               (H200, 2026-11-29, decode FC1 with staged activations and 32-token slots
+ *               that run only their filled n8 tiles: 14/expert decode 351 us vs wgmma 384,
+ *               16/expert 366 vs 392, 32/expert 547 vs 461; straight lines between 16 and
+ *               32 cross near 19.8).
  * Size bounds are measured (bench/NOTES.md) and live here only.
  */
 #include "oracle.h"
@@ -79,7 +80,7 @@ static const fp4_backend backend_w4a16_sm90 = {
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
     .gpu = 1,
-    .kernels = {{FP4_GPU_K_DECODE, 14}, {FP4_GPU_K_SM90_WGMMA, 0}},
+    .kernels = {{FP4_GPU_K_DECODE, 18}, {FP4_GPU_K_SM90_WGMMA, 0}},
     .n_kernels = 2,
     .workspace = fp4_gpu_moe_workspace_for,
     .load = "the same device layout as w4a16-mma (one copy of the weights serves every kernel)",

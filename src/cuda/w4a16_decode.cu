@@ -3,7 +3,8 @@
  * tokens per expert (DESIGN.md sections 2 and 4), portable mma.sync m16n8k16 (sm_80, sm_90a).
  * Swap AB: 16 weight rows are the M operand, dequantized from NVFP4 (or read as BF16) into
  * registers; the tokens of one expert's slot (8, 16 or 32: args.tile_t) are NB = 1, 2 or 4
- * mma n8 tiles that share each dequantized A fragment. Their B fragments are loaded into
+ * mma n8 tiles that share each dequantized A fragment (a 32-token slot runs only the 1-4
+ * tiles its tokens fill: one kernel, a main loop per count). Their B fragments are loaded into
  * registers straight from global memory (L2) when the block's 8 warps split K (KS 8: long K
  * with 8-token slots), else from the slot's token rows staged in shared memory: the whole K
  * once per block when its 8 warps are row warps (KS 1, K < 1024), or chunks of 4 groups per
@@ -14,8 +15,9 @@
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
- * fragments (RT 2 unless 8-token slots at M = 1 ask for more blocks). K slices are reduced through shared memory in a
- * fixed order (deterministic; NVFP4 warps leave their partials in their own ring).
+ * fragments (RT 2 unless 8-token slots at M = 1 ask for more blocks). K slices are reduced
+ * through shared memory in a fixed order (deterministic; NVFP4 warps leave their partials in
+ * their own ring).
  * Dequantization (exact): an e2m1 nibble moved to bf16 bits 6..8 (+ sign to bit 15) is the
  * code value times 2^-126 (e2m1_pair: the packed nibble order of src/gpu_pack.h makes each
  * pair of a word one bf16x2 of the fragment); the packed block scales become bf16 times
@@ -85,36 +87,39 @@ static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int 
     return !GATED && p.row_dst && p.row_dst[prow] < 0 ? -1 : arow;
 }
 
-template <int WF, int GATED, int KS, int RT, int NB>
-__global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
+template <int WF, int KS, int RT> struct dec_ring {
+    static constexpr bool NV = WF == FP4_DEC_W_NVFP4;
+    static constexpr int RING = NV ? DEC_RING_GROUPS / RT : 1, RR = 16 * RT;
+};
+
+/* Whether padded row r of a launch holds a token (the grouping fills each slot from row 0). */
+static __device__ __forceinline__ bool dec_row_used(const fp4_dec_gemm_args &p, int r)
+{
+    return p.row_src ? p.row_src[r] >= 0 : p.row_dst ? p.row_dst[r] >= 0 : r < p.a_rows;
+}
+
+/* One block's work: slot `slot` (expert `expert`) of TS padded rows, of which the first
+ * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. */
+template <int WF, int GATED, int KS, int RT, int NB, int TS>
+static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int slot, int expert,
+                                                 unsigned char *xs, void *wring_v, void *sring_v,
+                                                 void *red_v)
 {
     constexpr int RW = DEC_WARPS / KS;                     /* row warps */
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     constexpr int U = 2;                                   /* BF16: 64-groups per load batch */
-    constexpr int RING = NV ? DEC_RING_GROUPS / RT : 1, RR = 16 * RT;
-    constexpr int TT = 8 * NB;                             /* tokens per slot */
+    constexpr int RING = dec_ring<WF, KS, RT>::RING, RR = dec_ring<WF, KS, RT>::RR;
+    constexpr int TT = 8 * NB;                             /* tokens computed (rows staged) */
     static_assert(NV || NB == 1, "BF16 weights: one n8 token tile per slot");
     static_assert(RT * NB * 4 * 32 <= RING * RR * 8, "split-K partials reuse the warp's ring");
     constexpr bool XS = dec_xs(WF, KS); /* the slot's activations staged per block */
     constexpr bool XCH = XS && KS > 1;  /* ... in chunks of DEC_XCG groups per K slice */
     static_assert(!XCH || DEC_XCG >= RING - 2, "a chunk has landed when its ring group has");
-    /* split-K partials: BF16 here, NVFP4 in the warp's own ring once its main loop is done */
-    __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
-    extern __shared__ __align__(16) unsigned char xs[]; /* XS: [TT][dec_xs_row_bytes(k)] */
-    __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
-    __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
-    fp4_pdl_wait(); /* the slot table and activations come from the kernel before */
-    fp4_pdl_trigger();
+    auto red = (float (*)[RT][4][32])red_v;
+    auto wring = (uint32_t (*)[RING][RR][8])wring_v;
+    auto sring = (uint32_t (*)[RING][RR])sring_v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ks = warp % KS, rw = warp / KS;
-    const int slot = blockIdx.x;
-    int expert = 0;
-    if (p.tile_expert) {
-        expert = p.tile_expert[slot];
-        if (expert < 0) return;
-    } else if (slot * TT >= p.a_rows) {
-        return;
-    }
     const int g = lane >> 2, t = lane & 3, k = p.k, n = p.n;
 
     /* B column g of n8 tile nb: token row of a (or none: its lanes load nothing and compute
@@ -123,7 +128,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     const uint16_t *xrow[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
-        const int arow = XS ? -1 : dec_a_row<GATED>(p, slot * TT + 8 * nb + g);
+        const int arow = XS ? -1 : dec_a_row<GATED>(p, slot * TS + 8 * nb + g);
         xok[nb] = arow >= 0;
         xrow[nb] = p.a + (size_t)(xok[nb] ? arow : 0) * k;
     }
@@ -200,7 +205,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
         const unsigned char *xsl = xs + ks * TT * xrb; /* this slice's buffer 0 */
         int xq_row = -1;
         if constexpr (XS)
-            if (lane < XQ) xq_row = dec_a_row<GATED>(p, slot * TT + rw + RW * lane);
+            if (lane < XQ) xq_row = dec_a_row<GATED>(p, slot * TS + rw + RW * lane);
         auto stage = [&](int c) {
             const int g0 = gb0 + XG * c, cols = 8 * min(XG, gb1 - g0);
             const uint32_t dst = smem_u32(xsl + (c & 1) * xbuf);
@@ -393,7 +398,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
         for (int nb = 0; nb < NB; nb++)
 #pragma unroll
         for (int j = 0; j < 2; j++) {
-            const int pr = slot * TT + 8 * nb + 2 * t + j;
+            const int pr = slot * TS + 8 * nb + 2 * t + j;
             const bool ok = p.row_src ? p.row_src[pr] >= 0 : pr < p.out_rows;
             if (!ok) continue;
 #pragma unroll
@@ -414,7 +419,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
         for (int nb = 0; nb < NB; nb++)
 #pragma unroll
         for (int j = 0; j < 2; j++) {
-            const int pr = slot * TT + 8 * nb + 2 * t + j;
+            const int pr = slot * TS + 8 * nb + 2 * t + j;
             const int dst = p.row_dst ? p.row_dst[pr] : (pr < p.out_rows ? pr : -1);
             if (dst < 0) continue;
             const float f = gs * (p.row_w ? p.row_w[pr] : 1.f);
@@ -427,6 +432,38 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
             }
         }
     }
+}
+
+
+template <int WF, int GATED, int KS, int RT, int NB>
+__global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
+{
+    constexpr bool NV = WF == FP4_DEC_W_NVFP4;
+    constexpr int RING = dec_ring<WF, KS, RT>::RING, RR = dec_ring<WF, KS, RT>::RR;
+    constexpr int TS = 8 * NB; /* padded rows per slot */
+    /* split-K partials: BF16 here, NVFP4 in the warp's own ring once its main loop is done */
+    __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
+    extern __shared__ __align__(16) unsigned char xs[]; /* XS: dec_xs_bytes(KS, TS, k) */
+    __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
+    __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
+    fp4_pdl_wait(); /* the slot table and activations come from the kernel before */
+    fp4_pdl_trigger();
+    const int slot = blockIdx.x;
+    int expert = 0;
+    if (p.tile_expert) {
+        expert = p.tile_expert[slot];
+        if (expert < 0) return;
+    } else if (slot * TS >= p.a_rows) {
+        return;
+    }
+    if constexpr (NB == 4) { /* 32-token slots: only the n8 tiles that hold tokens run */
+        const int r0 = slot * TS;
+        const int nbu = 1 + dec_row_used(p, r0 + 8) + dec_row_used(p, r0 + 16) + dec_row_used(p, r0 + 24);
+        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS>(p, slot, expert, xs, wring, sring, red);
+        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS>(p, slot, expert, xs, wring, sring, red);
+        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS>(p, slot, expert, xs, wring, sring, red);
+    }
+    dec_block<WF, GATED, KS, RT, NB, TS>(p, slot, expert, xs, wring, sring, red);
 }
 
 /* x [m, h] natural -> xp paired: units (row, 64-group, lane quad t) of 16 elements. */

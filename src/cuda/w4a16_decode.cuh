@@ -66,10 +66,10 @@ typedef struct fp4_dec_gemm_args {
     int tiles_per_warp;         /* m16 weight tiles per warp sharing one B fragment: 2 (NVFP4
                                    only; halves activation re-reads), else 1 */
     int tile_t;                 /* tokens per slot: 8 (0 means 8), or 16 / 32 (NVFP4 only: one
-                                   dequantized weight fragment feeds 2 / 4 n8 mma tiles;
-                                   tiles_per_warp is taken as 2, and long K runs as 2 K
-                                   slices that share staged activations); the rows above are
-                                   [n_slots * tile_t] */
+                                   dequantized weight fragment feeds 2 / 4 n8 mma tiles, at
+                                   32 only those that hold tokens; tiles_per_warp is taken
+                                   as 2, and long K runs as 2 K slices that share staged
+                                   activations); the rows above are [n_slots * tile_t] */
 } fp4_dec_gemm_args;
 
 /* Slots that can hold work for m*k pairs over E experts with slots of tile_t tokens: the

@@ -18,8 +18,9 @@
  * prologue alone (fp4_gpu_moe_prologue) writes the forward's top-k ids and weights.
  * The decode kernel's slot width (8, 16 or 32 tokens, by tokens per expert) is covered: 8 at
  * small M, 16 at odd-H top-4 M=40, 32 at tiny / odd-H M >= 64 and tp8-large; with K >= 1024
- * (FC1 as 2 K slices sharing staged activations): 16 and 32 in long-K H=1344 (M=40, 64) and tp8
- * (M=256: 16 at top-4 and top-8), 32 in tp8-large.
+ * (FC1 as 2 K slices sharing staged activations): 16 in long-K H=1344 top-4 M=40 and tp8
+ * top-4 M=256, 32 in long-K top-8 (20 and 32 per expert: slots of 3 and 4 n8 tiles), tp8
+ * top-8 M=256 and tp8-large (partial second slots: 1-3 n8 tiles).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 only (for
  * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
