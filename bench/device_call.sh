@@ -27,7 +27,7 @@ for st in "${steps[@]}"; do
         bash bench/profile_device.sh build-dev "/tmp/prof_$i.txt" > "$R/prof_${l}_$i/log.txt" 2>&1
     done ;;
   humming) for k in 8 4; do
-      python3 bench/peer/humming_moe_bench.py --hidden 6144 --inter 384 --topk $k --tokens 1 8 32 64 128 192 224 256 512 768 1024 1536 2048 4096 16384 \
+      python3 bench/peer/humming_moe_bench.py --hidden 6144 --inter 384 --topk $k --tokens 1 8 32 64 128 192 224 256 288 320 512 576 768 1024 1536 2048 4096 16384 \
         --layouts indexed --no-parts --time-budget 40 --json "$R/humming_i384_k$k.json" >> "$R/humming.log" 2>&1
     done ;;
   esac
