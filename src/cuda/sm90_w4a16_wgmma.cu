@@ -206,17 +206,15 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             s_src = p.ws + ((size_t)expert * n_wrows + (sr >= 0 ? sr : 0)) * (k / 16);
         }
     }
-    /* Weights first: their addresses depend on the expert only, so the first stages' weight
-     * copies issue while the token-row lookups of the B copies are still in flight. */
     auto load_stage = [&](int st, int kt) {
         uint32_t base = sbase + st * STAGE;
-        cp_async16(base + BB + tid * 16, w_src + kt * (WG_BK / 2), w_bytes);
-        if (tid < WG_BW)
-            cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src + kt * (WG_BK / 16), s_bytes);
 #pragma unroll
         for (int i = 0; i < BCH; i++)
             if (BALL || tid + WG_THREADS * i < NT * 8)
                 cp_async16(base + b_dst[i], b_src[i] + kt * WG_BK, b_bytes[i]);
+        cp_async16(base + BB + tid * 16, w_src + kt * (WG_BK / 2), w_bytes);
+        if (tid < WG_BW)
+            cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src + kt * (WG_BK / 16), s_bytes);
     };
 
     /* A fragments of one K tile: a[kk][0..3] = rows (g, g+8) x k (2t.., 2t+8..) of k16 step kk
@@ -364,29 +362,18 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
     auto used = [&](long long r) -> bool {
         return p.row_src ? p.row_src[r] >= 0 : p.row_dst ? p.row_dst[r] >= 0 : r < p.a_rows;
     };
-    auto slot_alone = [&](int e, int s, bool u32, bool u16) {
-        if (u32) wg_tile<64, GATED>(p, sm, e, s, ctile);
-        else if (u16) wg_tile<32, GATED>(p, sm, e, s, ctile);
+    auto slot_alone = [&](int e, int s) {
+        const long long r0 = (long long)s * 64;
+        if (used(r0 + 32)) wg_tile<64, GATED>(p, sm, e, s, ctile);
+        else if (used(r0 + 16)) wg_tile<32, GATED>(p, sm, e, s, ctile);
         else wg_tile<16, GATED>(p, sm, e, s, ctile);
     };
-    /* Every row flag the unit may need, loaded beside the slot table in straight-line code
-     * (one round trip before the first copy instead of a chain of dependent loads; the
-     * indices are in range). */
-    const long long r0 = (long long)s0 * 64, r1 = (long long)s1 * 64;
-    const bool has1 = s1 < p.n_tiles_m;
-    bool u1, u0_32, u0_16;
-    if (const int32_t *rf = p.row_src ? p.row_src : p.row_dst) {
-        const int f1 = has1 ? rf[r1] : -1, f32 = rf[r0 + 32], f16 = rf[r0 + 16];
-        u1 = f1 >= 0, u0_32 = f32 >= 0, u0_16 = f16 >= 0;
-    } else {
-        u1 = has1 && r1 < p.a_rows, u0_32 = r0 + 32 < p.a_rows, u0_16 = r0 + 16 < p.a_rows;
-    }
     /* the second slot of an expert's last pair may be empty: then the first runs alone */
-    if (e0 >= 0 && e0 == e1 && u1) {
+    if (e0 >= 0 && e0 == e1 && used((long long)s1 * 64)) {
         wg_tile<128, GATED>(p, sm, e0, s0, ctile);
     } else {
-        if (e0 >= 0) slot_alone(e0, s0, u0_32, u0_16);
-        if (e1 >= 0 && e1 != e0) slot_alone(e1, s1, used(r1 + 32), used(r1 + 16));
+        if (e0 >= 0) slot_alone(e0, s0);
+        if (e1 >= 0 && e1 != e0) slot_alone(e1, s1);
     }
 #else
     __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
