@@ -18,7 +18,9 @@
  *               (H200, 2026-11-29, decode FC1 with staged activations and 32-token slots
  *               that run only their filled n8 tiles: 14/expert decode 351 us vs wgmma 384,
  *               16/expert 366 vs 392, 32/expert 547 vs 461; straight lines between 16 and
- *               32 cross near 19.8).
+ *               32 cross near 19.8. The final call of that session also measured 18/expert
+ *               376 vs 401 and 20/expert 390 vs 408: the bound can move up once a device
+ *               run has checked that rule).
  * Size bounds are measured (bench/NOTES.md) and live here only.
  */
 #include "oracle.h"
