@@ -331,9 +331,10 @@ int cmd_bench(int argc, char **argv)
                 if (timed & (1u << kern))
                     continue; /* the same kernel under another backend: one row is enough */
                 timed |= 1u << kern;
-                if (!g && fp4_gpu_moe_create(&A, &rw.w, &g, &e))
-                    return cli_error("bench", &e);
-                if (dec_slot) fp4_gpu_moe_set_dec_slot_tokens(g, (int)dec_slot);
+                if (!g) {
+                    if (fp4_gpu_moe_create(&A, &rw.w, &g, &e)) return cli_error("bench", &e);
+                    if (dec_slot) fp4_gpu_moe_set_dec_slot_tokens(g, (int)dec_slot);
+                }
                 size_t wsb = fp4_gpu_moe_workspace_size(g, p->m), xb = (size_t)p->m * p->hidden * 2;
                 void *ws, *x[ROTATE];
                 float *y;

@@ -87,7 +87,8 @@ static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int 
     return !GATED && p.row_dst && p.row_dst[prow] < 0 ? -1 : arow;
 }
 
-template <int WF, int KS, int RT> struct dec_ring {
+/* Per-warp weight ring of a kernel: RING stages of RR weight rows (NVFP4; BF16 uses none). */
+template <int WF, int RT> struct dec_ring {
     static constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     static constexpr int RING = NV ? DEC_RING_GROUPS / RT : 1, RR = 16 * RT;
 };
@@ -108,7 +109,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
     constexpr int RW = DEC_WARPS / KS;                     /* row warps */
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     constexpr int U = 2;                                   /* BF16: 64-groups per load batch */
-    constexpr int RING = dec_ring<WF, KS, RT>::RING, RR = dec_ring<WF, KS, RT>::RR;
+    constexpr int RING = dec_ring<WF, RT>::RING, RR = dec_ring<WF, RT>::RR;
     constexpr int TT = 8 * NB;                             /* tokens computed (rows staged) */
     static_assert(NV || NB == 1, "BF16 weights: one n8 token tile per slot");
     static_assert(RT * NB * 4 * 32 <= RING * RR * 8, "split-K partials reuse the warp's ring");
@@ -439,7 +440,7 @@ template <int WF, int GATED, int KS, int RT, int NB>
 __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
-    constexpr int RING = dec_ring<WF, KS, RT>::RING, RR = dec_ring<WF, KS, RT>::RR;
+    constexpr int RING = dec_ring<WF, RT>::RING, RR = dec_ring<WF, RT>::RR;
     constexpr int TS = 8 * NB; /* padded rows per slot */
     /* split-K partials: BF16 here, NVFP4 in the warp's own ring once its main loop is done */
     __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
