@@ -45,13 +45,7 @@ static double expand(int b, int k)
 }
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint32_t next32(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
+static uint32_t next32(void) { return check_next32(&rng); }
 
 static void check_codes(void)
 {

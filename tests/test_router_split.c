@@ -23,13 +23,7 @@ static float u2f(uint32_t u)
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t next32(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
+static uint32_t next32(void) { return check_next32(&rng); }
 
 /* Split one value; returns hi + mid + lo in double and the three planes. */
 static double split1(float r, uint16_t p[3])
