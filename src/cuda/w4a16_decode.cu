@@ -93,18 +93,14 @@ template <int WF, int RT> struct dec_ring {
     static constexpr int RING = NV ? DEC_RING_GROUPS / RT : 1, RR = 16 * RT;
 };
 
-/* Whether padded row r of a launch holds a token (the grouping fills each slot from row 0). */
-static __device__ __forceinline__ bool dec_row_used(const fp4_dec_gemm_args &p, int r)
-{
-    return p.row_src ? p.row_src[r] >= 0 : p.row_dst ? p.row_dst[r] >= 0 : r < p.a_rows;
-}
-
 /* One block's work: slot `slot` (expert `expert`) of TS padded rows, of which the first
- * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. */
+ * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. src_lane: the
+ * row of a that padded row (slot TS + lane) reads (dec_a_row; -1 none or lane >= TS), loaded
+ * by the kernel for the staging copies. */
 template <int WF, int GATED, int KS, int RT, int NB, int TS>
 static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int slot, int expert,
-                                                 unsigned char *xs, void *wring_v, void *sring_v,
-                                                 void *red_v)
+                                                 int src_lane, unsigned char *xs, void *wring_v,
+                                                 void *sring_v, void *red_v)
 {
     constexpr int RW = DEC_WARPS / KS;                     /* row warps */
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
@@ -199,20 +195,17 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         for (int nb = 0; nb < NB; nb++) xp[nb] = (const uint4 *)(xrow[nb] + 64 * gb0 + 16 * t);
         /* XS staging: chunk c (groups gb0 + XG c .., buffer c % 2 of slice ks) copied by the
          * slice's row warps: warp rw copies rows rw + RW q, lane j the 16-byte column j (+ 32
-         * ...); lane q holds the source row of its warp's q-th row. */
+         * ...); the source rows come from src_lane of lane r. */
         constexpr int XQ = TT / RW; /* rows copied per warp */
         const int XG = XCH ? DEC_XCG : ng; /* groups per chunk */
         const int xrb = dec_xs_row_bytes(64 * XG), xbuf = KS * TT * xrb; /* buffer 1 - 0 */
         const unsigned char *xsl = xs + ks * TT * xrb; /* this slice's buffer 0 */
-        int xq_row = -1;
-        if constexpr (XS)
-            if (lane < XQ) xq_row = dec_a_row<GATED>(p, slot * TS + rw + RW * lane);
         auto stage = [&](int c) {
             const int g0 = gb0 + XG * c, cols = 8 * min(XG, gb1 - g0);
             const uint32_t dst = smem_u32(xsl + (c & 1) * xbuf);
 #pragma unroll
             for (int q = 0; q < XQ; q++) {
-                const int r = rw + RW * q, arow = __shfl_sync(0xffffffffu, xq_row, q);
+                const int r = rw + RW * q, arow = __shfl_sync(0xffffffffu, src_lane, r);
                 const uint16_t *src = p.a + (size_t)(arow >= 0 ? arow : 0) * k + 64 * g0;
                 for (int j = lane; j < cols; j += 32)
                     cp_async16(dst + r * xrb + 16 * j, src + 8 * j, arow >= 0 ? 16 : 0);
@@ -449,7 +442,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
     fp4_pdl_wait(); /* the slot table and activations come from the kernel before */
     fp4_pdl_trigger();
-    const int slot = blockIdx.x;
+    const int slot = blockIdx.x, lane = threadIdx.x & 31;
+    /* Staged launches: every lane loads the source of one padded row of the slot, beside the
+     * slot's expert (one round trip before the first copy; the rows exist: grid <= n_slots) */
+    int src = -1;
+    if (dec_xs(WF, KS) && lane < TS) src = dec_a_row<GATED>(p, slot * TS + lane);
     int expert = 0;
     if (p.tile_expert) {
         expert = p.tile_expert[slot];
@@ -457,14 +454,17 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     } else if (slot * TS >= p.a_rows) {
         return;
     }
-    if constexpr (NB == 4) { /* 32-token slots: only the n8 tiles that hold tokens run */
-        const int r0 = slot * TS;
-        const int nbu = 1 + dec_row_used(p, r0 + 8) + dec_row_used(p, r0 + 16) + dec_row_used(p, r0 + 24);
-        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS>(p, slot, expert, xs, wring, sring, red);
-        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS>(p, slot, expert, xs, wring, sring, red);
-        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS>(p, slot, expert, xs, wring, sring, red);
+    static_assert(NB != 4 || dec_xs(WF, KS), "32-token slots are staged (their tile count "
+                                             "comes from the staging sources)");
+    if constexpr (NB == 4) { /* 32-token slots: only the n8 tiles that hold tokens run (the
+                                grouping fills a slot from row 0; a row of no token reads -1) */
+        const unsigned used = __ballot_sync(0xffffffffu, src >= 0);
+        const int nbu = used ? (31 - __clz((int)used)) / 8 + 1 : 1;
+        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS>(p, slot, expert, src, xs, wring, sring, red);
     }
-    dec_block<WF, GATED, KS, RT, NB, TS>(p, slot, expert, xs, wring, sring, red);
+    dec_block<WF, GATED, KS, RT, NB, TS>(p, slot, expert, src, xs, wring, sring, red);
 }
 
 /* x [m, h] natural -> xp paired: units (row, 64-group, lane quad t) of 16 elements. */
