@@ -12,7 +12,7 @@
  *               expert, where it measured faster than "mma" (64-token tiles); "mma" above
  *               (H200, 2026-11-29, final kernels: 16/expert decode 555 us vs mma 729; 32/expert
  *               982 vs 789).
- *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 18 tokens per expert, then
+ *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 20 tokens per expert, then
  *               "sm90-wgmma" (wgmma with the weights dequantized into A registers), the
  *               design of the upstream engine's SM90 W4A16 MoE backend, hence "humming"
  *               (H200, 2026-11-29, decode FC1 with staged activations and 32-token slots
@@ -82,7 +82,7 @@ static const fp4_backend backend_w4a16_sm90 = {
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
     .gpu = 1,
-    .kernels = {{FP4_GPU_K_DECODE, 18}, {FP4_GPU_K_SM90_WGMMA, 0}},
+    .kernels = {{FP4_GPU_K_DECODE, 20}, {FP4_GPU_K_SM90_WGMMA, 0}},
     .n_kernels = 2,
     .workspace = fp4_gpu_moe_workspace_for,
     .load = "the same device layout as w4a16-mma (one copy of the weights serves every kernel)",

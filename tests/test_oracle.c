@@ -180,8 +180,8 @@ int main(void)
         const fp4_backend *ref = fp4_backend_lookup(prod, np, "reference");
         CHECK(fp4_oracle_kernel(sm90, 1, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=1 top-8: decode");
         CHECK(fp4_oracle_kernel(sm90, 256, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=256 top-8 (16/expert): decode");
-        CHECK(fp4_oracle_kernel(sm90, 288, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=288 top-8 (18/expert): decode");
-        CHECK(fp4_oracle_kernel(sm90, 289, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=289 top-8 (19/expert): wgmma");
+        CHECK(fp4_oracle_kernel(sm90, 320, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=320 top-8 (20/expert): decode");
+        CHECK(fp4_oracle_kernel(sm90, 321, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=321 top-8 (21/expert): wgmma");
         CHECK(fp4_oracle_kernel(sm90, 512, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=512 top-8 (32/expert): wgmma");
         CHECK(fp4_oracle_kernel(sm90, 4096, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=4096: wgmma");
         CHECK(fp4_oracle_kernel(mma, 256, 8, 128) == FP4_GPU_K_DECODE, "mma M=256 top-8 (16/expert): decode");
