@@ -5,7 +5,8 @@
 # of build-dev against build-base on bench/problems_LIST.txt, AB_PASSES default 3; T: the new
 # build runs with --dec-slot-tokens T), prof:LIST
 # (ncu per problem of bench/problems_LIST.txt, all kernels of w4a16-sm90, L2 and issue
-# metrics), humming (the peer at the sweep sizes). Logs under $OUT/r, packed as $OUT/all.tgz.
+# metrics; PROF_KERNELS replaces the ncu kernel filter, PROF_BENCH_ARGS the bench flags),
+# humming (the peer at the sweep sizes). Logs under $OUT/r, packed as $OUT/all.tgz.
 set -uo pipefail
 R="$OUT/r"; mkdir -p "$R"
 export PYTHONPATH=.peer/pylibs PEER_DIR=.peer
@@ -22,7 +23,7 @@ for st in "${steps[@]}"; do
     grep -v '^#' "bench/problems_$l.txt" | while read -r line; do
       i=$((i+1)); echo "$line" > "/tmp/prof_$i.txt"; mkdir -p "$R/prof_${l}_$i"
       OUT="$R/prof_${l}_$i" NSYS=0 NCU_COUNT="${NCU_COUNT:-24}" \
-        NCU_KERNELS='regex:fp4_dec_kernel|fp4_sm90' BENCH_ARGS='--all-kernels --moe-backend w4a16-sm90' \
+        NCU_KERNELS="${PROF_KERNELS:-regex:fp4_dec_kernel|fp4_sm90}" BENCH_ARGS="${PROF_BENCH_ARGS:---all-kernels --moe-backend w4a16-sm90}" \
         NCU_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size \
         bash bench/profile_device.sh build-dev "/tmp/prof_$i.txt" > "$R/prof_${l}_$i/log.txt" 2>&1
     done ;;

@@ -94,9 +94,9 @@ template <int WF, int RT> struct dec_ring {
 };
 
 /* One block's work: slot `slot` (expert `expert`) of TS padded rows, of which the first
- * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. src_lane: the
- * row of a that padded row (slot TS + lane) reads (dec_a_row; -1 none or lane >= TS), loaded
- * by the kernel for the staging copies. */
+ * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. src_lane
+ * (32-token slots only): the row of a that padded row slot TS + lane reads (dec_a_row; -1
+ * none), loaded by the kernel beside the slot's expert. */
 template <int WF, int GATED, int KS, int RT, int NB, int TS>
 static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int slot, int expert,
                                                  int src_lane, unsigned char *xs, void *wring_v,
@@ -195,17 +195,24 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         for (int nb = 0; nb < NB; nb++) xp[nb] = (const uint4 *)(xrow[nb] + 64 * gb0 + 16 * t);
         /* XS staging: chunk c (groups gb0 + XG c .., buffer c % 2 of slice ks) copied by the
          * slice's row warps: warp rw copies rows rw + RW q, lane j the 16-byte column j (+ 32
-         * ...); the source rows come from src_lane of lane r. */
+         * ...); lane q holds the source row of its warp's q-th row. */
         constexpr int XQ = TT / RW; /* rows copied per warp */
         const int XG = XCH ? DEC_XCG : ng; /* groups per chunk */
         const int xrb = dec_xs_row_bytes(64 * XG), xbuf = KS * TT * xrb; /* buffer 1 - 0 */
         const unsigned char *xsl = xs + ks * TT * xrb; /* this slice's buffer 0 */
+        int xq_row = -1;
+        if constexpr (XS) {
+            if constexpr (TS == 32) /* loaded by the kernel (its tile count needs them) */
+                xq_row = __shfl_sync(0xffffffffu, src_lane, (rw + RW * lane) & 31);
+            else if (lane < XQ)
+                xq_row = dec_a_row<GATED>(p, slot * TS + rw + RW * lane);
+        }
         auto stage = [&](int c) {
             const int g0 = gb0 + XG * c, cols = 8 * min(XG, gb1 - g0);
             const uint32_t dst = smem_u32(xsl + (c & 1) * xbuf);
 #pragma unroll
             for (int q = 0; q < XQ; q++) {
-                const int r = rw + RW * q, arow = __shfl_sync(0xffffffffu, src_lane, r);
+                const int r = rw + RW * q, arow = __shfl_sync(0xffffffffu, xq_row, q);
                 const uint16_t *src = p.a + (size_t)(arow >= 0 ? arow : 0) * k + 64 * g0;
                 for (int j = lane; j < cols; j += 32)
                     cp_async16(dst + r * xrb + 16 * j, src + 8 * j, arow >= 0 ? 16 : 0);
@@ -443,10 +450,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     fp4_pdl_wait(); /* the slot table and activations come from the kernel before */
     fp4_pdl_trigger();
     const int slot = blockIdx.x, lane = threadIdx.x & 31;
-    /* Staged launches: every lane loads the source of one padded row of the slot, beside the
-     * slot's expert (one round trip before the first copy; the rows exist: grid <= n_slots) */
+    /* 32-token slots: every lane loads the source of one padded row of the slot, beside the
+     * slot's expert (one round trip before the tile count is known; grid <= n_slots) */
     int src = -1;
-    if (dec_xs(WF, KS) && lane < TS) src = dec_a_row<GATED>(p, slot * TS + lane);
+    if (NB == 4 && lane < TS) src = dec_a_row<GATED>(p, slot * TS + lane);
     int expert = 0;
     if (p.tile_expert) {
         expert = p.tile_expert[slot];
