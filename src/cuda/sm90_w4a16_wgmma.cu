@@ -48,6 +48,8 @@
 #define WG_RING (4 * 21504)            /* cp.async ring: 4 stages of 128 tokens, 6 of 64;
                                           two CTAs per SM (smem and 128 registers) */
 #define WG_SMEM (WG_RING + 1024)       /* + slack to align the base to 1 KB */
+#define WG_RES_K 384                   /* plain, k <= this: token tile resident (wg_res) */
+#define WG_RES_COLS 4                  /* ... and 4 column tiles of 128 per CTA */
 
 #ifdef FP4_WG_SM90
 
@@ -73,6 +75,14 @@ template <int N> static __device__ __forceinline__ void wgmma_wait(void)
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+/* Pins the accumulators at this point of the instruction order: after a wgmma_wait, their
+ * reads stay after it (the wait itself names no registers). */
+template <int N> static __device__ __forceinline__ void wg_fence_acc(float *acc)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
 /* Shared-memory matrix descriptor: K-major operand, 128-byte swizzle, rows of 128 bytes,
  * 8-row core-matrix groups 1024 bytes apart (SBO), LBO unused (encoded 1). */
 static __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
@@ -84,11 +94,12 @@ static __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
 #define WG_F8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
                  "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
-/* D[64 x N] += A[64 x 16] (registers, bf16) * B[16 x N] (shared memory via descriptor). */
+/* D[64 x N] = A[64 x 16] (registers, bf16) * B[16 x N] (shared memory via descriptor)
+ * + D when acc_in != 0. */
 template <int N> struct wg_mma;
 
 template <> struct wg_mma<128> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc)
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int acc_in)
     {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -99,12 +110,12 @@ template <> struct wg_mma<128> {
             "%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
             : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40), WG_F8(48),
               WG_F8(56)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
     }
 };
 
 template <> struct wg_mma<64> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc)
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int acc_in)
     {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -112,11 +123,11 @@ template <> struct wg_mma<64> {
             "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
             "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
             : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
     }
 };
 template <> struct wg_mma<32> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc)
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int acc_in)
     {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
@@ -124,22 +135,47 @@ template <> struct wg_mma<32> {
             "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, "
             "p, 1, 1, 0;\n}\n"
             : WG_F8(0), WG_F8(8)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
     }
 };
 
 template <> struct wg_mma<16> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc)
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int acc_in)
     {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
             "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
             : WG_F8(0)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
     }
 };
 #undef WG_F8
+
+/* A fragments of one K tile (W at w, its scales at w + WG_W_BYTES): a[kk][0..3] = rows
+ * (rg, rg+8) x k (2t.., 2t+8..) of k16 step kk (the mma.sync A layout, per warp 16 rows). The
+ * lane's 8 packed bytes of a row: word kk / 2, nibble pairs 2 (kk & 1) (k 2t, 2t+1) and
+ * 2 (kk & 1) + 1 (k 2t+8, 2t+9) (src/gpu_pack.h). Values times 2^-126 (e2m1_pair) by scales
+ * times 2^119: w s 2^-7. */
+static __device__ __forceinline__ void wg_dequant(const unsigned char *w, int rg, int t,
+                                                  uint32_t (&a)[4][4])
+{
+    uint2 q0 = *(const uint2 *)(w + rg * 32 + t * 8);
+    uint2 q1 = *(const uint2 *)(w + (rg + 8) * 32 + t * 8);
+    uint32_t s0w = *(const uint32_t *)(w + WG_W_BYTES + rg * 4);
+    uint32_t s1w = *(const uint32_t *)(w + WG_W_BYTES + (rg + 8) * 4);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const uint32_t w0 = kk < 2 ? q0.x : q0.y, w1 = kk < 2 ? q1.x : q1.y;
+        const uint32_t s0 = fp4_scale_dup<119>(s0w, kk);
+        const uint32_t s1 = fp4_scale_dup<119>(s1w, kk);
+        const int i0 = 2 * (kk & 1);
+        a[kk][0] = bf16x2_mul(e2m1_pair(w0, i0), s0);
+        a[kk][1] = bf16x2_mul(e2m1_pair(w1, i0), s1);
+        a[kk][2] = bf16x2_mul(e2m1_pair(w0, i0 + 1), s0);
+        a[kk][3] = bf16x2_mul(e2m1_pair(w1, i0 + 1), s1);
+    }
+}
 
 /* Weight row (within the expert) of shared-memory row sr of the CTA's 128, or -1.
  * Gated: sr = 64 v + 16 w + 8 h + g -> column c = ctile*64 + 32 v + 8 w + g, gate row c for
@@ -217,29 +253,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src + kt * (WG_BK / 16), s_bytes);
     };
 
-    /* A fragments of one K tile: a[kk][0..3] = rows (g, g+8) x k (2t.., 2t+8..) of k16 step kk
-     * (the mma.sync A layout, per warp 16 rows). The lane's 8 packed bytes of a row: word
-     * kk / 2, nibble pairs 2 (kk & 1) (k 2t, 2t+1) and 2 (kk & 1) + 1 (k 2t+8, 2t+9)
-     * (src/gpu_pack.h). Values times 2^-126 (e2m1_pair) by scales times 2^119: w s 2^-7. */
-    const int rg = 64 * wg + 16 * wq + g;
-    auto dequant = [&](int st, uint32_t(&a)[4][4]) {
-        const unsigned char *base = sm + st * STAGE;
-        uint2 q0 = *(const uint2 *)(base + BB + rg * 32 + t * 8);
-        uint2 q1 = *(const uint2 *)(base + BB + (rg + 8) * 32 + t * 8);
-        uint32_t s0w = *(const uint32_t *)(base + BB + WG_W_BYTES + rg * 4);
-        uint32_t s1w = *(const uint32_t *)(base + BB + WG_W_BYTES + (rg + 8) * 4);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            const uint32_t w0 = kk < 2 ? q0.x : q0.y, w1 = kk < 2 ? q1.x : q1.y;
-            const uint32_t s0 = fp4_scale_dup<119>(s0w, kk);
-            const uint32_t s1 = fp4_scale_dup<119>(s1w, kk);
-            const int i0 = 2 * (kk & 1);
-            a[kk][0] = bf16x2_mul(e2m1_pair(w0, i0), s0);
-            a[kk][1] = bf16x2_mul(e2m1_pair(w1, i0), s1);
-            a[kk][2] = bf16x2_mul(e2m1_pair(w0, i0 + 1), s0);
-            a[kk][3] = bf16x2_mul(e2m1_pair(w1, i0 + 1), s1);
-        }
-    };
+    const int rg = 64 * wg + 16 * wq + g; /* the warp's first weight row */
+    auto dequant = [&](int st, uint32_t(&a)[4][4]) { wg_dequant(sm + st * STAGE + BB, rg, t, a); };
 
     float acc[NT / 2];
 #pragma unroll
@@ -262,7 +277,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         const uint64_t desc = wg_desc(sbase + (kt % NST) * STAGE);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk);
+        for (int kk = 0; kk < 4; kk++) wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, 1);
         wgmma_commit();
         wgmma_wait<1>();
         cp_async_wait<NST - 3>();
@@ -336,7 +351,163 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     __syncthreads(); /* the staging area is the next unit's ring */
 }
 
+/* Plain (FC2) work unit with short K (k <= WG_RES_K): NT <= 64 tokens of one expert x nct
+ * column tiles of 128 weight rows from ctile0. The token tile is copied once and stays
+ * resident (nk K tiles of B, 48 KB at most); only weights stream, through a ring of W + S
+ * stages that runs across the column tiles, so the copies of tile ct + 1 are in flight
+ * while tile ct finishes and its epilogue stores. Epilogue straight from the accumulators:
+ * a warp's store writes 8 consecutive columns of 4 token rows (four full 32-byte sectors). */
+template <int NT>
+static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsigned char *sm,
+                                              int expert, int slot0, int ctile0, int nct)
+{
+    constexpr int BCH = (NT * 8 + WG_THREADS - 1) / WG_THREADS;
+    constexpr bool BALL = NT * 8 % WG_THREADS == 0;
+    constexpr int BB = NT * 128;                            /* B bytes per K tile */
+    constexpr int BRES = WG_RES_K / WG_BK * BB;             /* resident B, 1 KB multiple */
+    constexpr int STAGE = WG_W_BYTES + WG_S_BYTES;          /* W + S of one K tile */
+    constexpr int NST = (WG_RING - BRES - NT * 8) / STAGE;  /* 7 (NT 64) .. 15 (NT 16) */
+    static_assert(NST >= 3, "ring too short");
+    const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int k = p.k, n = p.n, nk = k / WG_BK, steps = nct * nk;
+    const int prow0 = slot0 * 64;
+    const uint32_t sbase = smem_u32(sm), rbase = sbase + BRES;
+    int2 *sdst = (int2 *)(sm + BRES + NST * STAGE); /* (output row, multiplier) per token */
+
+    if (tid < NT) {
+        int prow = prow0 + tid;
+        int dst = p.row_dst ? p.row_dst[prow] : (prow < p.out_rows ? prow : -1);
+        float w = (p.row_w ? p.row_w[prow] : 1.f) * 128.f * (p.gscale ? p.gscale[expert] : 1.f);
+        sdst[tid] = make_int2(dst, __float_as_int(w)); /* 128: undo 2^-7 */
+    }
+    /* W: row tid >> 1 (of the column tile), half tid & 1. S: row tid (threads < 128). */
+    const uint8_t *w_base = p.wq + (size_t)expert * n * (k / 2) + (tid & 1) * 16;
+    const uint8_t *s_base = p.ws + (size_t)expert * n * (k / 16);
+    int l_kt = 0, l_row = ctile0 * WG_BW + (tid >> 1), l_srow = ctile0 * WG_BW + tid; /* next copy */
+    auto load_next = [&](int st) { /* the next step's weights (steps in order) into stage st */
+        const uint32_t base = rbase + st * STAGE;
+        cp_async16(base + tid * 16, w_base + (size_t)(l_row < n ? l_row : 0) * (k / 2) + l_kt * (WG_BK / 2),
+                   l_row < n ? 16 : 0);
+        if (tid < WG_BW)
+            cp_async4(base + WG_W_BYTES + tid * 4,
+                      s_base + (size_t)(l_srow < n ? l_srow : 0) * (k / 16) + l_kt * (WG_BK / 16),
+                      l_srow < n ? 4 : 0);
+        if (++l_kt == nk) l_kt = 0, l_row += WG_BW, l_srow += WG_BW;
+    };
+    /* The token tile, every K tile, with the first weight stage (B chunk c = tid + 256 i: row
+     * c >> 3, 16-byte part c & 7, 128-byte swizzle as in wg_tile). */
+#pragma unroll
+    for (int i = 0; i < BCH; i++) {
+        int c = tid + WG_THREADS * i, r = c >> 3, j = c & 7, prow = prow0 + r;
+        if (!BALL && c >= NT * 8) continue;
+        int src = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+        const uint16_t *b_src = p.a + (size_t)(src >= 0 ? src : 0) * k + j * 8;
+        const uint32_t b_dst = sbase + r * 128 + ((j ^ (r & 7)) << 4);
+        for (int kt = 0; kt < nk; kt++)
+            cp_async16(b_dst + kt * BB, b_src + kt * WG_BK, src >= 0 ? 16 : 0);
+    }
+    const int rg = 64 * wg + 16 * wq + g;
+    auto dequant = [&](int st, uint32_t(&a)[4][4]) { wg_dequant(sm + BRES + st * STAGE, rg, t, a); };
+
+    float acc[NT / 2]; /* each column tile's first wgmma starts it (acc_in 0) */
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) acc[i] = 0.f;
+    uint32_t abuf0[4][4], abuf1[4][4];
+#pragma unroll
+    for (int st = 0; st < NST - 1; st++) {
+        if (st < steps) load_next(st);
+        cp_async_commit();
+    }
+    cp_async_wait<NST - 2>();
+    fence_proxy_async();
+    __syncthreads();
+    dequant(0, abuf0);
+
+    /* Step s (column tile ctile0 + s / nk, K tile s % nk): as wg_tile's step, with B at K
+     * tile kt of the resident copy; the last K tile of a column tile retires its wgmmas and
+     * stores before the next tile's first. */
+    int c_kt = 0, c_col = ctile0 * WG_BW + rg; /* this step's K tile, the warp's column */
+    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
+        const int kt = c_kt;
+        c_kt = kt + 1 == nk ? 0 : kt + 1;
+        const uint64_t desc = wg_desc(sbase + kt * BB);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, kk > 0 || kt > 0);
+        wgmma_commit();
+        if (kt == nk - 1) {
+            wgmma_wait<0>();
+            wg_fence_acc<NT / 2>(acc);
+            const int c0 = c_col;
+            c_col += WG_BW;
+            float *out = (float *)p.out;
+#pragma unroll
+            for (int j = 0; j < NT / 8; j++) {
+                const int tok = 8 * j + 2 * t;
+                const int4 dw = *(const int4 *)(sdst + tok); /* tokens tok, tok + 1 */
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int dst = c & 1 ? dw.z : dw.x, col = c0 + (c & 2) * 4;
+                    if (dst >= 0 && col < n)
+                        out[(size_t)dst * n + col] = acc[4 * j + c] * __int_as_float(c & 1 ? dw.w : dw.y);
+                }
+            }
+        } else {
+            wgmma_wait<1>();
+        }
+        cp_async_wait<NST - 3>();
+        fence_proxy_async();
+        __syncthreads();
+        if (s + NST - 1 < steps) load_next((s + NST - 1) % NST);
+        cp_async_commit();
+        if (s + 1 < steps) dequant((s + 1) % NST, nxt);
+    };
+    for (int s = 0; s < steps; s += 2) {
+        step(s, abuf0, abuf1);
+        if (s + 1 < steps) step(s + 1, abuf1, abuf0);
+    }
+    wgmma_wait<0>(); /* retired at the last step already; ptxas cannot tell */
+    cp_async_wait<0>();
+    __syncthreads(); /* the resident tile and ring are the next unit's */
+}
+
 #endif /* FP4_WG_SM90 */
+
+#ifdef FP4_WG_SM90
+/* Unit `unit` of a launch: slots 2 unit and 2 unit + 1. pair(e, s0) when both hold tokens of
+ * expert e (one 128-token tile), else alone(e, s, nt) for each slot in use, nt = 64, 32 or 16:
+ * a slot's rows in use are a prefix (the grouping fills an expert's segment from its start),
+ * so rows 16 and 32 tell how many. The second slot of an expert's last pair may be empty:
+ * then the first runs alone. */
+template <class Pair, class Alone>
+static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int unit, Pair pair,
+                                               Alone alone)
+{
+    const int s0 = 2 * unit, s1 = s0 + 1;
+    int e0, e1;
+    if (p.tile_expert) {
+        e0 = p.tile_expert[s0];
+        e1 = s1 < p.n_tiles_m ? p.tile_expert[s1] : -1;
+    } else {
+        e0 = (long long)s0 * 64 < p.a_rows ? 0 : -1;
+        e1 = s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
+    }
+    auto used = [&](long long r) -> bool {
+        return p.row_src ? p.row_src[r] >= 0 : p.row_dst ? p.row_dst[r] >= 0 : r < p.a_rows;
+    };
+    auto slot_alone = [&](int e, int s) {
+        const long long r0 = (long long)s * 64;
+        alone(e, s, used(r0 + 32) ? 64 : used(r0 + 16) ? 32 : 16);
+    };
+    if (e0 >= 0 && e0 == e1 && used((long long)s1 * 64)) {
+        pair(e0, s0);
+    } else {
+        if (e0 >= 0) slot_alone(e0, s0);
+        if (e1 >= 0 && e1 != e0) slot_alone(e1, s1);
+    }
+}
+#endif
 
 /* Grid: units of two consecutive slots x column tiles, column tile fastest (the units of one
  * expert and the column tiles of one unit share weights / token rows in L2). */
@@ -348,35 +519,44 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const int ctile = (int)(blockIdx.x % (unsigned)ny), unit = (int)(blockIdx.x / (unsigned)ny);
-    const int s0 = 2 * unit, s1 = s0 + 1;
-    int e0, e1;
-    if (p.tile_expert) {
-        e0 = p.tile_expert[s0];
-        e1 = s1 < p.n_tiles_m ? p.tile_expert[s1] : -1;
-    } else {
-        e0 = (long long)s0 * 64 < p.a_rows ? 0 : -1;
-        e1 = s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
-    }
-    /* A slot alone runs as 64, 32 or 16 tokens: its rows in use are a prefix (the grouping
-     * fills an expert's segment from its start), so rows 16 and 32 tell how many. */
-    auto used = [&](long long r) -> bool {
-        return p.row_src ? p.row_src[r] >= 0 : p.row_dst ? p.row_dst[r] >= 0 : r < p.a_rows;
-    };
-    auto slot_alone = [&](int e, int s) {
-        const long long r0 = (long long)s * 64;
-        if (used(r0 + 32)) wg_tile<64, GATED>(p, sm, e, s, ctile);
-        else if (used(r0 + 16)) wg_tile<32, GATED>(p, sm, e, s, ctile);
-        else wg_tile<16, GATED>(p, sm, e, s, ctile);
-    };
-    /* the second slot of an expert's last pair may be empty: then the first runs alone */
-    if (e0 >= 0 && e0 == e1 && used((long long)s1 * 64)) {
-        wg_tile<128, GATED>(p, sm, e0, s0, ctile);
-    } else {
-        if (e0 >= 0) slot_alone(e0, s0);
-        if (e1 >= 0 && e1 != e0) slot_alone(e1, s1);
-    }
+    wg_unit(
+        p, unit, [&](int e, int s) { wg_tile<128, GATED>(p, sm, e, s, ctile); },
+        [&](int e, int s, int nt) {
+            if (nt == 64) wg_tile<64, GATED>(p, sm, e, s, ctile);
+            else if (nt == 32) wg_tile<32, GATED>(p, sm, e, s, ctile);
+            else wg_tile<16, GATED>(p, sm, e, s, ctile);
+        });
 #else
     __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
+#endif
+}
+
+/* Plain launches with k <= WG_RES_K. Grid: units x groups of WG_RES_COLS column tiles, group
+ * fastest. Every slot runs its group as one wg_res unit (token tile resident), a pair as two
+ * (its weights dequantized twice). Slots of <= 16 tokens run as 32. A kernel of its own, and
+ * no 16-token or 128-token body: with any of wg_tile's bodies, or wg_res<16>, in the same
+ * kernel ptxas runs short of registers and serializes every wgmma of the kernel (C7511). */
+__global__ void __launch_bounds__(WG_THREADS, 2)
+fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
+{
+#ifdef FP4_WG_SM90
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const int nyg = (ny + WG_RES_COLS - 1) / WG_RES_COLS;
+    const int ctile = (int)(blockIdx.x % (unsigned)nyg) * WG_RES_COLS;
+    const int unit = (int)(blockIdx.x / (unsigned)nyg), nct = min(WG_RES_COLS, ny - ctile);
+    wg_unit(
+        p, unit,
+        [&](int e, int s) {
+            wg_res<64>(p, sm, e, s, ctile, nct);
+            wg_res<64>(p, sm, e, s + 1, ctile, nct);
+        },
+        [&](int e, int s, int nt) {
+            if (nt == 64) wg_res<64>(p, sm, e, s, ctile, nct);
+            else wg_res<32>(p, sm, e, s, ctile, nct);
+        });
+#else
+    __trap();
 #endif
 }
 
@@ -400,9 +580,10 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
         (err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)) != cudaSuccess)
         return err;
     if (major != 9 || minor != 0) return cudaErrorInvalidDeviceFunction;
-    const void *kern[2] = {(const void *)fp4_sm90_wgmma_kernel<true>,
-                           (const void *)fp4_sm90_wgmma_kernel<false>};
-    for (int i = 0; i < 2; i++) {
+    const void *kern[3] = {(const void *)fp4_sm90_wgmma_kernel<true>,
+                           (const void *)fp4_sm90_wgmma_kernel<false>,
+                           (const void *)fp4_sm90_wgmma_res_kernel};
+    for (int i = 0; i < 3; i++) {
         cudaFuncAttributes fa;
         if ((err = cudaFuncGetAttributes(&fa, kern[i])) != cudaSuccess) return err;
         if (fa.binaryVersion != 90) return cudaErrorInvalidDeviceFunction; /* no sm_90a SASS */
@@ -429,10 +610,13 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
         (!p->tile_expert && p->row_dst) || ((uintptr_t)p->a & 15) || ((uintptr_t)p->out & 15))
         return cudaErrorInvalidValue;
     long long ny = p->gated ? p->n / 64 : (p->n + WG_BW - 1) / WG_BW;
-    long long blocks = ((long long)p->n_tiles_m + 1) / 2 * ny;
+    const int res = !p->gated && p->k <= WG_RES_K; /* token tile resident, column groups */
+    long long blocks = ((long long)p->n_tiles_m + 1) / 2 * (res ? (ny + WG_RES_COLS - 1) / WG_RES_COLS : ny);
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     if (p->gated)
         fp4_sm90_wgmma_kernel<true><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    else if (res)
+        fp4_sm90_wgmma_res_kernel<<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
     else
         fp4_sm90_wgmma_kernel<false><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
     return cudaGetLastError();
