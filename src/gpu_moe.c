@@ -687,6 +687,7 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     p.act = act, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
     /* FC1 (gate and up in one tile, activation fused): x rows gathered -> a [padded, I]. */
     p.gated = 1, p.n = I, p.k = H, p.n_tiles_m = l.n_slots;
+    p.rows_per_expert = (int)(((long long)m * k + E - 1) / E);
     p.a = x_bf16, p.a_rows = m, p.tile_expert = tile_expert, p.row_src = row_src;
     p.out_rows = l.n_slots * FP4_MMA_TILE_M;
     p.wq = g->w13, p.ws = g->s13, p.gscale = g->g13, p.out = abuf;
@@ -710,7 +711,7 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
         memset(&p, 0, sizeof p);
         p.wfmt = g->shared_fmt;
         p.act = act, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
-        p.gated = 1, p.n = is, p.k = H, p.n_tiles_m = tiles;
+        p.gated = 1, p.n = is, p.k = H, p.n_tiles_m = tiles, p.rows_per_expert = m;
         p.a = x_bf16, p.a_rows = m, p.out_rows = m, p.out = sh_a;
         p.wq = g->sh_w13, p.ws = g->sh_s13, p.wb = g->sh_b13, p.gscale = g->sh_g13;
         int swg = wg && fp4_sm90_wgmma_gemm_serves(&p); /* bf16 shared weights: mma.sync */

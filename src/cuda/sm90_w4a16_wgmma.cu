@@ -48,8 +48,9 @@
 #define WG_RING (4 * 21504)            /* cp.async ring: 4 stages of 128 tokens, 6 of 64;
                                           two CTAs per SM (smem and 128 registers) */
 #define WG_SMEM (WG_RING + 1024)       /* + slack to align the base to 1 KB */
-#define WG_RES_K 384                   /* plain, k <= this: token tile resident (wg_res) */
-#define WG_RES_COLS 4                  /* ... and 4 column tiles of 128 per CTA */
+#define WG_RES_K 384                   /* plain, k <= this and at most WG_RES_ROWS rows per */
+#define WG_RES_ROWS 48                 /* expert: token tile resident (wg_res), */
+#define WG_RES_COLS 4                  /* 4 column tiles of 128 per CTA */
 
 #ifdef FP4_WG_SM90
 
@@ -99,7 +100,8 @@ static __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
 template <int N> struct wg_mma;
 
 template <> struct wg_mma<128> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int acc_in)
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
+                                               int acc_in)
     {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -115,7 +117,8 @@ template <> struct wg_mma<128> {
 };
 
 template <> struct wg_mma<64> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int acc_in)
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
+                                               int acc_in)
     {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -127,7 +130,8 @@ template <> struct wg_mma<64> {
     }
 };
 template <> struct wg_mma<32> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int acc_in)
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
+                                               int acc_in)
     {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
@@ -140,7 +144,8 @@ template <> struct wg_mma<32> {
 };
 
 template <> struct wg_mma<16> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int acc_in)
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
+                                               int acc_in)
     {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
@@ -384,10 +389,12 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     /* W: row tid >> 1 (of the column tile), half tid & 1. S: row tid (threads < 128). */
     const uint8_t *w_base = p.wq + (size_t)expert * n * (k / 2) + (tid & 1) * 16;
     const uint8_t *s_base = p.ws + (size_t)expert * n * (k / 16);
-    int l_kt = 0, l_row = ctile0 * WG_BW + (tid >> 1), l_srow = ctile0 * WG_BW + tid; /* next copy */
+    /* the next copy: its K tile, this thread's weight row and scale row */
+    int l_kt = 0, l_row = ctile0 * WG_BW + (tid >> 1), l_srow = ctile0 * WG_BW + tid;
     auto load_next = [&](int st) { /* the next step's weights (steps in order) into stage st */
         const uint32_t base = rbase + st * STAGE;
-        cp_async16(base + tid * 16, w_base + (size_t)(l_row < n ? l_row : 0) * (k / 2) + l_kt * (WG_BK / 2),
+        cp_async16(base + tid * 16,
+                   w_base + (size_t)(l_row < n ? l_row : 0) * (k / 2) + l_kt * (WG_BK / 2),
                    l_row < n ? 16 : 0);
         if (tid < WG_BW)
             cp_async4(base + WG_W_BYTES + tid * 4,
@@ -408,7 +415,9 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
             cp_async16(b_dst + kt * BB, b_src + kt * WG_BK, src >= 0 ? 16 : 0);
     }
     const int rg = 64 * wg + 16 * wq + g;
-    auto dequant = [&](int st, uint32_t(&a)[4][4]) { wg_dequant(sm + BRES + st * STAGE, rg, t, a); };
+    auto dequant = [&](int st, uint32_t(&a)[4][4]) {
+        wg_dequant(sm + BRES + st * STAGE, rg, t, a);
+    };
 
     float acc[NT / 2]; /* each column tile's first wgmma starts it (acc_in 0) */
 #pragma unroll
@@ -434,7 +443,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         const uint64_t desc = wg_desc(sbase + kt * BB);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, kk > 0 || kt > 0);
+        for (int kk = 0; kk < 4; kk++)
+            wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, kk > 0 || kt > 0);
         wgmma_commit();
         if (kt == nk - 1) {
             wgmma_wait<0>();
@@ -449,8 +459,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const int dst = c & 1 ? dw.z : dw.x, col = c0 + (c & 2) * 4;
-                    if (dst >= 0 && col < n)
-                        out[(size_t)dst * n + col] = acc[4 * j + c] * __int_as_float(c & 1 ? dw.w : dw.y);
+                    const float f = __int_as_float(c & 1 ? dw.w : dw.y);
+                    if (dst >= 0 && col < n) out[(size_t)dst * n + col] = acc[4 * j + c] * f;
                 }
             }
         } else {
@@ -531,11 +541,12 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 #endif
 }
 
-/* Plain launches with k <= WG_RES_K. Grid: units x groups of WG_RES_COLS column tiles, group
- * fastest. Every slot runs its group as one wg_res unit (token tile resident), a pair as two
- * (its weights dequantized twice). Slots of <= 16 tokens run as 32. A kernel of its own, and
- * no 16-token or 128-token body: with any of wg_tile's bodies, or wg_res<16>, in the same
- * kernel ptxas runs short of registers and serializes every wgmma of the kernel (C7511). */
+/* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS. Grid: units x groups
+ * of WG_RES_COLS column tiles, group fastest. Every slot runs its group as one wg_res unit
+ * (token tile resident), a pair as two (its weights dequantized twice). Slots of <= 16
+ * tokens run as 32. A kernel of its own, and no 16-token or 128-token body: with any of
+ * wg_tile's bodies, or wg_res<16>, in the same kernel ptxas runs short of registers and
+ * serializes every wgmma of the kernel (C7511). */
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 {
@@ -610,14 +621,17 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
         (!p->tile_expert && p->row_dst) || ((uintptr_t)p->a & 15) || ((uintptr_t)p->out & 15))
         return cudaErrorInvalidValue;
     long long ny = p->gated ? p->n / 64 : (p->n + WG_BW - 1) / WG_BW;
-    const int res = !p->gated && p->k <= WG_RES_K; /* token tile resident, column groups */
-    long long blocks = ((long long)p->n_tiles_m + 1) / 2 * (res ? (ny + WG_RES_COLS - 1) / WG_RES_COLS : ny);
+    /* token tile resident, column groups: up to 48 rows per expert (most experts one slot;
+     * above, wg_res's pairs dequantize their weights twice: +4% at 64 rows per expert, the
+     * A/B of 2026-11-29, against -2% at 48, -4% at 32 and -7% at 4-16) */
+    const int res = !p->gated && p->k <= WG_RES_K && p->rows_per_expert > 0 &&
+                    p->rows_per_expert <= WG_RES_ROWS;
+    const long long groups = res ? (ny + WG_RES_COLS - 1) / WG_RES_COLS : ny;
+    long long blocks = ((long long)p->n_tiles_m + 1) / 2 * groups;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
-    if (p->gated)
-        fp4_sm90_wgmma_kernel<true><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
-    else if (res)
-        fp4_sm90_wgmma_res_kernel<<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
-    else
-        fp4_sm90_wgmma_kernel<false><<<(unsigned)blocks, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    const dim3 grid((unsigned)blocks);
+    if (p->gated) fp4_sm90_wgmma_kernel<true><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    else if (res) fp4_sm90_wgmma_res_kernel<<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    else fp4_sm90_wgmma_kernel<false><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
     return cudaGetLastError();
 }

@@ -47,6 +47,8 @@ typedef struct fp4_mma_gemm_args {
     const float *gscale;        /* NVFP4: per expert fp32 global scale(s), [E][2] (gate, up)
                                    when gated, [E] when plain. NULL: 1 */
     void *out;                  /* gated: bf16 [.., n]; plain: fp32 [.., n] */
+    int rows_per_expert;        /* average token rows per expert of the launch, 0: unknown
+                                   (a hint: sm90-wgmma picks its FC2 variant by it) */
 } fp4_mma_gemm_args;
 
 /* One-time setup (dynamic shared-memory limits). Call before the first launch. */

@@ -21,6 +21,11 @@
  * (FC1 as 2 K slices sharing staged activations): 16 in long-K H=1344 top-4 M=40 and tp8
  * top-4 M=256, 32 in long-K top-8 (20 and 32 per expert: slots of 3 and 4 n8 tiles), tp8
  * top-8 M=256 and tp8-large (partial second slots: 1-3 n8 tiles).
+ * sm90-wgmma's FC2 with the token tile resident (K <= 384, <= 48 rows per expert) runs at
+ * every shape's small M, long-K, tp8 M <= 256 and tp8-large top-4 M=1000 (two slots of one
+ * expert where the skewed routing piles tokens on experts 0 and 1; 48 KB of B at I=384,
+ * partial column groups at H=1344), the nvfp4 shared expert at M <= 48; the one-tile-per-CTA
+ * FC2 above 48 rows per expert (tiny M >= 1000, tp8-large top-8).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 only (for
  * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
