@@ -24,7 +24,7 @@ for st in "${steps[@]}"; do
       i=$((i+1)); echo "$line" > "/tmp/prof_$i.txt"; mkdir -p "$R/prof_${l}_$i"
       OUT="$R/prof_${l}_$i" NSYS=0 NCU_COUNT="${NCU_COUNT:-24}" \
         NCU_KERNELS="${PROF_KERNELS:-regex:fp4_dec_kernel|fp4_sm90}" BENCH_ARGS="${PROF_BENCH_ARGS:---all-kernels --moe-backend w4a16-sm90}" \
-        NCU_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size \
+        NCU_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.avg.per_cycle_active,sm__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size \
         bash bench/profile_device.sh build-dev "/tmp/prof_$i.txt" > "$R/prof_${l}_$i/log.txt" 2>&1
     done ;;
   humming) for k in 8 4; do
