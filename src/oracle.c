@@ -8,19 +8,19 @@
  *               computes the same numbers as reference ("W4A16-emulated").
  *   w4a16-mma   CUDA SM80+: FP4 weights dequantized in registers, BF16 activations, mma.sync
  *               BF16 tensor cores (the Marlin design, hence the alias "marlin"). Kernel by
- *               size: "decode" (weights as the mma M operand, split K) up to 16 tokens per
+ *               size: "decode" (weights as the mma M operand, split K) up to 28 tokens per
  *               expert, where it measured faster than "mma" (64-token tiles); "mma" above
- *               (H200, 2026-11-29, final kernels: 16/expert decode 555 us vs mma 729; 32/expert
- *               982 vs 789).
+ *               (H200 as the proxy, 2026-11-29, sixth session, bench/problems_sm80.txt:
+ *               16/expert decode 360 us vs mma 484, 24/expert 424 vs 502, 32/expert 536 vs
+ *               520, top-4 32/expert 555 vs 529; straight lines cross near 30.6).
  *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 20 tokens per expert, then
  *               "sm90-wgmma" (wgmma with the weights dequantized into A registers), the
  *               design of the upstream engine's SM90 W4A16 MoE backend, hence "humming"
  *               (H200, 2026-11-29, decode FC1 with staged activations and 32-token slots
  *               that run only their filled n8 tiles: 14/expert decode 351 us vs wgmma 384,
  *               16/expert 366 vs 392, 32/expert 547 vs 461; straight lines between 16 and
- *               32 cross near 19.8. The final call of that session also measured 18/expert
- *               376 vs 401 and 20/expert 390 vs 408: the bound can move up once a device
- *               run has checked that rule).
+ *               32 cross near 19.8. Sixth session, with the resident-token FC2: 18/expert
+ *               373 vs 388, 20/expert 388 vs 393).
  * Size bounds are measured (bench/NOTES.md) and live here only.
  */
 #include "oracle.h"
@@ -65,7 +65,7 @@ static const fp4_backend backend_w4a16_mma = {
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
     .gpu = 1,
-    .kernels = {{FP4_GPU_K_DECODE, 16}, {FP4_GPU_K_MMA, 0}},
+    .kernels = {{FP4_GPU_K_DECODE, 28}, {FP4_GPU_K_MMA, 0}},
     .n_kernels = 2,
     .workspace = fp4_gpu_moe_workspace_for,
     .load = "expert weights repacked to the kernel's tile layout and uploaded; shared expert to bf16",

@@ -185,7 +185,9 @@ int main(void)
         CHECK(fp4_oracle_kernel(sm90, 512, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=512 top-8 (32/expert): wgmma");
         CHECK(fp4_oracle_kernel(sm90, 4096, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=4096: wgmma");
         CHECK(fp4_oracle_kernel(mma, 256, 8, 128) == FP4_GPU_K_DECODE, "mma M=256 top-8 (16/expert): decode");
-        CHECK(fp4_oracle_kernel(mma, 257, 8, 128) == FP4_GPU_K_MMA, "mma M=257 top-8 (17/expert): mma");
+        CHECK(fp4_oracle_kernel(mma, 448, 8, 128) == FP4_GPU_K_DECODE, "mma M=448 top-8 (28/expert): decode");
+        CHECK(fp4_oracle_kernel(mma, 449, 8, 128) == FP4_GPU_K_MMA, "mma M=449 top-8 (29/expert): mma");
+        CHECK(fp4_oracle_kernel(mma, 512, 8, 128) == FP4_GPU_K_MMA, "mma M=512 top-8 (32/expert): mma");
         CHECK(fp4_oracle_kernel(ref, 1, 8, 128) == -1, "reference has no GPU kernel");
     }
     /* Workspace size is part of each descriptor: GPU backends need device scratch that grows
