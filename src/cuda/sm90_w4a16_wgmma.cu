@@ -182,6 +182,18 @@ static __device__ __forceinline__ void wg_dequant(const unsigned char *w, int rg
     }
 }
 
+/* Row of a that padded row prow reads, or -1 (zeros). */
+static __device__ __forceinline__ int wg_a_row(const fp4_mma_gemm_args &p, int prow)
+{
+    return p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+}
+
+/* Plain: output row that padded row prow writes, or -1 (none). */
+static __device__ __forceinline__ int wg_out_row(const fp4_mma_gemm_args &p, int prow)
+{
+    return p.row_dst ? p.row_dst[prow] : (prow < p.out_rows ? prow : -1);
+}
+
 /* Weight row (within the expert) of shared-memory row sr of the CTA's 128, or -1.
  * Gated: sr = 64 v + 16 w + 8 h + g -> column c = ctile*64 + 32 v + 8 w + g, gate row c for
  * h = 0, up row n + c for h = 1 (the warp's accumulator rows g and g+8). Plain: ctile*128+sr. */
@@ -221,7 +233,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
 #pragma unroll
     for (int i = 0; i < BCH; i++) {
         int c = tid + WG_THREADS * i, r = c >> 3, j = c & 7, prow = prow0 + r;
-        int src = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+        int src = wg_a_row(p, prow);
         b_bytes[i] = src >= 0 ? 16 : 0;
         b_src[i] = p.a + (size_t)(src >= 0 ? src : 0) * k + j * 8;
         b_dst[i] = r * 128 + ((j ^ (r & 7)) << 4);
@@ -231,7 +243,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     float my_w = 0.f;
     if (!GATED && tid < NT) {
         int prow = prow0 + tid;
-        my_dst = p.row_dst ? p.row_dst[prow] : (prow < p.out_rows ? prow : -1);
+        my_dst = wg_out_row(p, prow);
         my_w = p.row_w ? p.row_w[prow] : 1.f;
     }
     /* W: row tid >> 1, half tid & 1. S: row tid (threads < 128). */
@@ -382,7 +394,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
 
     if (tid < NT) {
         int prow = prow0 + tid;
-        int dst = p.row_dst ? p.row_dst[prow] : (prow < p.out_rows ? prow : -1);
+        int dst = wg_out_row(p, prow);
         float w = (p.row_w ? p.row_w[prow] : 1.f) * 128.f * (p.gscale ? p.gscale[expert] : 1.f);
         sdst[tid] = make_int2(dst, __float_as_int(w)); /* 128: undo 2^-7 */
     }
@@ -408,7 +420,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     for (int i = 0; i < BCH; i++) {
         int c = tid + WG_THREADS * i, r = c >> 3, j = c & 7, prow = prow0 + r;
         if (!BALL && c >= NT * 8) continue;
-        int src = p.row_src ? p.row_src[prow] : (prow < p.a_rows ? prow : -1);
+        int src = wg_a_row(p, prow);
         const uint16_t *b_src = p.a + (size_t)(src >= 0 ? src : 0) * k + j * 8;
         const uint32_t b_dst = sbase + r * 128 + ((j ^ (r & 7)) << 4);
         for (int kt = 0; kt < nk; kt++)
