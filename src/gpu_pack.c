@@ -18,6 +18,22 @@ int fp4_gpu_scale_code(uint8_t c)
     return ((e - 7 + FP4_GPU_SCALE_BIAS) << 3) | m;
 }
 
+/* Word bits of pair i from the checkpoint byte of its two elements (low nibble first):
+ * code bit b of element e goes where the kernel's shift of pair i (gpu_pack.h) takes it to
+ * bf16 bit 16 e + 6 + b (magnitude) or 16 e + 15 (sign). */
+static uint32_t pair_bits(int i, uint8_t codes)
+{
+    static const int shift[4][4] = {{0, 0, 0, 0}, {4, 4, 4, 4}, {10, 10, 10, 10}, {6, 6, -2, 6}};
+    uint32_t word = 0;
+    for (int e = 0; e < 2; e++)
+        for (int b = 0; b < 4; b++) {
+            const int target = 16 * e + (b < 3 ? 6 + b : 15);
+            const int pos = (target - shift[i][b] + 32) % 32;
+            word |= (uint32_t)(codes >> (4 * e + b) & 1) << pos;
+        }
+    return word;
+}
+
 int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uint8_t *wq,
                        uint8_t *ws, size_t *bad)
 {
@@ -45,8 +61,7 @@ int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uin
                     uint32_t word = 0;
                     for (int i = 0; i < 4; i++) {
                         const int k0 = 16 * (2 * v + (i >> 1)) + 2 * t + 8 * (i & 1);
-                        word |= (uint32_t)(tmp[k0 / 2] & 15) << (4 * i);       /* k0 */
-                        word |= (uint32_t)(tmp[k0 / 2] >> 4) << (4 * (i + 4)); /* k0 + 1 */
+                        word |= pair_bits(i, tmp[k0 / 2]); /* elements k0, k0 + 1 */
                     }
                     for (int b = 0; b < 4; b++) dst[g0 + 8 * t + 4 * v + b] = (uint8_t)(word >> (8 * b));
                 }

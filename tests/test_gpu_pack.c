@@ -4,7 +4,8 @@
  * bits by the OCP formulas (e2m1: s ee m, bias 1; e4m3: s eeee mmm, bias 7, no infinities),
  * independent of the library's codecs. The packed scale is expanded the way the kernels do
  * it, (b << 4) + ((117 + K) << 7) read as bf16, for K = 0 (mma, sm90-wgmma) and K = 119
- * (decode); the packed codes are read back through the kernels' nibble order (gpu_pack.h).
+ * (decode); the packed codes are read back the way the kernels do (a shift or rotate and a
+ * mask per pair, the bits read as bf16 times 2^-126).
  * Checks: all 256 e4m3 codes (NaN refused, zero -> 0, every other value exact at both K),
  * then random rows with every scale code but NaN (zero, subnormal, negative) and random codes:
  * code * scale equal for every element; NaN in a row reports its index; input untouched.
@@ -69,14 +70,30 @@ static void check_codes(void)
     }
 }
 
-/* Packed code of element elem of a row: nibble i + 4 * (elem odd) of word v of lane quad t,
- * where the element's k16 block is j = 2 v + i / 2 and its offset 2 t + 8 (i % 2) (+ 1). */
-static int packed_code(const uint8_t *wq_row, int elem)
+/* The kernels' extraction of pair p of a packed word (e2m1_pair in src/cuda/device_util.cuh,
+ * written again here): a bf16x2 of the two values times 2^-126. */
+static uint32_t kernel_pair(uint32_t q, int p)
+{
+    const uint32_t mask = 0x81c081c0u;
+    if (p == 0) return q & mask;
+    if (p == 1) return (q << 4) & mask;
+    if (p == 2) return ((q << 10) | (q >> 22)) & mask;
+    return ((q << 6) & 0x80c080c0u) | ((q >> 2) & 0x01000100u);
+}
+
+/* Value of element elem of a packed row as the kernels read it: pair i of word v of lane
+ * quad t, where the element's k16 block is j = 2 v + i / 2 and its offset 2 t + 8 (i % 2)
+ * (+ 1: the high half); bf16 bits times 2^126. Bits outside the value's are an error. */
+static double packed_value(const uint8_t *wq_row, int elem)
 {
     int k = elem % 64, j = k / 16, rem = k % 16, h = rem / 8, t = (rem % 8) / 2, odd = rem % 2;
-    int v = j / 2, i = (j % 2) * 2 + h, nib = i + 4 * odd;
-    uint8_t b = wq_row[elem / 64 * 32 + 8 * t + 4 * v + nib / 2];
-    return nib % 2 ? b >> 4 : b & 15;
+    int v = j / 2, i = (j % 2) * 2 + h;
+    const uint8_t *wb = wq_row + elem / 64 * 32 + 8 * t + 4 * v;
+    uint32_t q = wb[0] | (uint32_t)wb[1] << 8 | (uint32_t)wb[2] << 16 | (uint32_t)wb[3] << 24;
+    uint32_t half = kernel_pair(q, i) >> (16 * odd) & 0xffff;
+    CHECK((half & ~0x81c0u) == 0, "elem %d: pair bits 0x%04x outside sign and magnitude", elem,
+          half);
+    return ldexp(bf16(half), 126);
 }
 
 static void check_rows(void)
@@ -103,10 +120,10 @@ static void check_rows(void)
                 int b = e / 16;
                 int code = w[r * K / 2 + e / 2] >> (4 * (e & 1)) & 15;
                 double want = e2m1(code) * e4m3(s[r * NB + b]);
-                int pc = packed_code(wq + r * K / 2, e);
+                double pv = packed_value(wq + r * K / 2, e);
                 int sc = ws[r * NB + b];
                 for (int k = 0; k <= 119; k += 119) {
-                    double got = e2m1(pc) * ldexp(sc ? expand(sc, k) : 0.0, -k);
+                    double got = pv * ldexp(sc ? expand(sc, k) : 0.0, -k);
                     if (got != want && wrong++ < 5)
                         CHECK(0, "rep %d row %d elem %d (code %x, scale 0x%02x) K=%d: %.17g, "
                               "expected %.17g", rep, r, e, code, s[r * NB + b], k, got, want);

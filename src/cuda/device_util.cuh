@@ -75,14 +75,19 @@ static __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
     return d;
 }
 
-/* Nibbles p and p + 4 of a packed code word (src/gpu_pack.h) as a bf16x2 (low half: nibble
- * p), each the e2m1 value times 2^-126: the 3 magnitude bits go to bf16 bits 6..8 (exponent
- * LSBs + mantissa MSB; 0.5 lands on a subnormal) and the sign to bit 15. p: a constant after
- * unrolling. */
+/* Pair p (0..3) of a packed code word (src/gpu_pack.h) as a bf16x2 (low half: the pair's
+ * first element), each the e2m1 value times 2^-126: the 3 magnitude bits at bf16 bits 6..8
+ * (exponent LSBs + mantissa MSB; 0.5 lands on a subnormal) and the sign at bit 15. The
+ * packing puts pair p's bits where one rotate or shift and the mask FP4_PAIR_MASK bring
+ * them (pair 0 in place, pair 1 by 4, pair 2 rotated by 10), except pair 3, which takes
+ * two (by 6, and its top magnitude bit back by 2). p: a constant after unrolling. */
+#define FP4_PAIR_MASK 0x81c081c0u
 static __device__ __forceinline__ uint32_t e2m1_pair(uint32_t q, int p)
 {
-    const uint32_t a = q << (12 - 4 * p);
-    return (a & 0x80008000u) | ((a >> 6) & 0x01c001c0u);
+    if (p == 0) return q & FP4_PAIR_MASK;
+    if (p == 1) return (q << 4) & FP4_PAIR_MASK;
+    if (p == 2) return __funnelshift_l(q, q, 10) & FP4_PAIR_MASK;
+    return ((q << 6) & 0x80c080c0u) | ((q >> 2) & 0x01000100u);
 }
 
 /* Packed NVFP4 block scales (src/gpu_pack.h): one word per row and 64-group, byte j the
