@@ -5,23 +5,24 @@
  *
  * Shape of the product: D[weight rows x tokens] = W[rows x K] * X^T[K x tokens]. The NVFP4
  * weights are the wgmma A operand, dequantized into registers (wgmma takes A from registers;
- * B must be in shared memory): each nibble pair of the packed codes (src/gpu_pack.h) becomes
- * a bf16x2 of the values times 2^-126 (one shift, two masks), times the packed block scale
- * as bf16 times 2^119 (fp4_scale_dup: a byte permute and a multiply-add per block):
- * w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant bits, and the product
- * is normal); 2^7 and the fp32 global scale go on the accumulator. The token rows are
- * gathered per row index with cp.async into shared memory as the K-major B operand in the
- * 128-byte-swizzled layout of the wgmma descriptor (16-byte chunk j of row r stored at chunk
- * j ^ (r & 7)).
+ * B must be in shared memory): each pair of the packed codes (src/gpu_pack.h) becomes a
+ * bf16x2 of the values times 2^-126 (e2m1_pair: a shift or rotate and a mask), times the
+ * packed block scale as bf16 times 2^119 (fp4_scale_dup: a byte permute and a multiply-add
+ * per block): w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant bits,
+ * and the product is normal); 2^7 and the fp32 global scale go on the accumulator. The
+ * token rows are gathered per row index with cp.async into shared memory as the K-major B
+ * operand in the 128-byte-swizzled layout of the wgmma descriptor (16-byte chunk j of row r
+ * stored at chunk j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
  * consecutive 64-row slots of the same expert: m64n128k16; a slot alone: m64n64k16, or
  * m64n32k16 / m64n16k16 when it holds at most 32 / 16 tokens; the caller's grouping pads
  * every expert to an even number of slots, fp4_moe_group align 2, so a pair of slots never
  * holds two experts and its second slot is empty or in use), K tiles of 64 through a
  * cp.async ring of 84 KB (4 stages of 128 tokens, 6 of 64, 9 of 32, 12 of 16: the weight
- * bytes in flight matter when few tokens share them), one barrier per K tile. Registers hold
- * two K tiles of A fragments: while the wgmmas of tile kt run, the warps dequantize tile kt+1
- * (wgmma.wait_group 1 frees the other buffer and the ring stage).
+ * bytes in flight matter when few tokens share them), one barrier per K tile with 4 stages,
+ * one per two K tiles with more (each publishes two stages: half the barriers and proxy
+ * fences). Registers hold two K tiles of A fragments: while the wgmmas of tile kt run, the
+ * warps dequantize tile kt+1 (wgmma.wait_group 1 frees the other buffer and the ring stage).
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
  * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared
  * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
@@ -278,35 +279,48 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.f;
     uint32_t abuf0[4][4], abuf1[4][4];
 
+    /* Tile kt: issue its wgmmas (A = cur), retire kt-1's, publish, refill, dequantize kt+1
+     * into nxt while kt's wgmmas run. With 5 or more stages (NT <= 64) a barrier publishes
+     * two stages at even kt (kt+1, kt+2) and refills the two that kt-2 and kt-1 used: half
+     * the barriers, and the proxy fence (a MEMBAR that waits for this thread's copies still
+     * in flight) finds the youngest copies two tiles old instead of one. With 4 stages, one
+     * per tile. */
+    constexpr int PUB = NST >= 5 ? 2 : 1; /* stages published per barrier */
+    constexpr int PRE = NST - 1 - PUB;    /* stages loaded before the loop, after stage 0 */
 #pragma unroll
-    for (int s = 0; s < NST - 1; s++) {
+    for (int s = 0; s <= PRE; s++) {
         if (s < nk) load_stage(s, s);
         cp_async_commit();
     }
-    cp_async_wait<NST - 2>();
+    cp_async_wait<PRE>();
     fence_proxy_async();
     __syncthreads();
     dequant(0, abuf0);
 
-    /* Tile kt: issue its wgmmas (A = cur), retire kt-1's, publish tile kt+1, refill the
-     * stage kt-1 used, dequantize kt+1 into nxt while kt's wgmmas run. */
-    auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
+    auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish) {
         const uint64_t desc = wg_desc(sbase + (kt % NST) * STAGE);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, 1);
         wgmma_commit();
         wgmma_wait<1>();
-        cp_async_wait<NST - 3>();
-        fence_proxy_async();
-        __syncthreads();
-        if (kt + NST - 1 < nk) load_stage((kt + NST - 1) % NST, kt + NST - 1);
-        cp_async_commit();
+        if (publish) { /* every tile (PUB 1) or even kt (PUB 2; a constant after inlining) */
+            /* committed: stages 0 .. kt + PRE; wanted: up to kt + PUB */
+            cp_async_wait<PRE - PUB>();
+            fence_proxy_async();
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < PUB; i++) {
+                const int ks = kt + NST - PUB + i; /* into the stage of kt - PUB + i */
+                if (ks < nk) load_stage(ks % NST, ks);
+                cp_async_commit();
+            }
+        }
         if (kt + 1 < nk) dequant((kt + 1) % NST, nxt);
     };
     for (int kt = 0; kt < nk; kt += 2) {
-        step(kt, abuf0, abuf1);
-        if (kt + 1 < nk) step(kt + 1, abuf1, abuf0);
+        step(kt, abuf0, abuf1, true);
+        if (kt + 1 < nk) step(kt + 1, abuf1, abuf0, PUB == 1);
     }
     wgmma_wait<0>();
     cp_async_wait<0>();
@@ -478,8 +492,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         } else {
             wgmma_wait<1>();
         }
+        /* the ring holds W and S only, read by ld.shared (generic proxy): no proxy fence */
         cp_async_wait<NST - 3>();
-        fence_proxy_async();
         __syncthreads();
         if (s + NST - 1 < steps) load_next((s + NST - 1) % NST);
         cp_async_commit();
@@ -491,7 +505,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     }
     wgmma_wait<0>(); /* retired at the last step already; ptxas cannot tell */
     cp_async_wait<0>();
-    __syncthreads(); /* the resident tile and ring are the next unit's */
+    fence_proxy_async(); /* the wgmma reads of the resident tile before the next unit's copies */
+    __syncthreads();     /* the resident tile and ring are the next unit's */
 }
 
 #endif /* FP4_WG_SM90 */

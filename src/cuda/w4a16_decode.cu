@@ -18,12 +18,12 @@
  * fragments (RT 2 unless 8-token slots at M = 1 ask for more blocks). K slices are reduced
  * through shared memory in a fixed order (deterministic; NVFP4 warps leave their partials in
  * their own ring).
- * Dequantization (exact): an e2m1 nibble moved to bf16 bits 6..8 (+ sign to bit 15) is the
- * code value times 2^-126 (e2m1_pair: the packed nibble order of src/gpu_pack.h makes each
- * pair of a word one bf16x2 of the fragment); the packed block scales become bf16 times
- * 2^119 (fp4_scale_eo: two per multiply-add, the half broadcast folded into the multiply);
- * their bf16x2 product is w * s * 2^-7, normal, exact; the epilogue multiplies by 2^7 and
- * the fp32 global scale. The activations are
+ * Dequantization (exact): an e2m1 code moved to bf16 bits 6..8 (+ sign to bit 15) is the
+ * code value times 2^-126 (e2m1_pair: the packing of src/gpu_pack.h puts each pair of a
+ * word one shift or rotate and a mask away from one bf16x2 of the fragment); the packed
+ * block scales become bf16 times 2^119 (fp4_scale_eo: two per multiply-add, the half
+ * broadcast folded into the multiply); their bf16x2 product is w * s * 2^-7, normal,
+ * exact; the epilogue multiplies by 2^7 and the fp32 global scale. The activations are
  * stored "paired" (fp4_dec_pair_pos, by fp4_dec_prep and by the FC1 epilogue): lane quad t
  * finds its B fragments of a 64-group (k 16j + 2t, +1, +8, +9 for blocks j = 0..3) in 32
  * contiguous bytes, one 16-byte load per two blocks.
