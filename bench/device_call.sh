@@ -6,7 +6,9 @@
 # build runs with --dec-slot-tokens T), prof:LIST
 # (ncu per problem of bench/problems_LIST.txt, all kernels of w4a16-sm90, L2 and issue
 # metrics; PROF_KERNELS replaces the ncu kernel filter, PROF_BENCH_ARGS the bench flags),
-# humming (the peer at the sweep sizes). Logs under $OUT/r, packed as $OUT/all.tgz.
+# stalls:LIST (ncu sections: warp state, pipes, scheduler, instructions, occupancy; the
+# first NCU_COUNT kernels of PROF_KERNELS per problem), sass:LIST (ncu stall samples per SASS
+# instruction of the first such kernel per problem), humming (the peer at the sweep sizes). Logs under $OUT/r, packed as $OUT/all.tgz.
 set -uo pipefail
 R="$OUT/r"; mkdir -p "$R"
 export PYTHONPATH=.peer/pylibs PEER_DIR=.peer
@@ -26,6 +28,23 @@ for st in "${steps[@]}"; do
         NCU_KERNELS="${PROF_KERNELS:-regex:fp4_dec_kernel|fp4_sm90}" BENCH_ARGS="${PROF_BENCH_ARGS:---all-kernels --moe-backend w4a16-sm90}" \
         NCU_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.avg.per_cycle_active,sm__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size \
         bash bench/profile_device.sh build-dev "/tmp/prof_$i.txt" > "$R/prof_${l}_$i/log.txt" 2>&1
+    done ;;
+  stalls:*) l="${st#stalls:}"; i=0 # ncu sections per problem: warp stalls, pipes, issue
+    grep -v '^#' "bench/problems_$l.txt" | while read -r line; do
+      i=$((i+1)); echo "$line" > "/tmp/st_$i.txt"
+      (cd build-dev && LD_LIBRARY_PATH=. timeout 200 ncu -k "${PROF_KERNELS:-regex:fp4_dec_kernel|fp4_sm90}" \
+        -c "${NCU_COUNT:-3}" --section WarpStateStats --section ComputeWorkloadAnalysis \
+        --section SchedulerStats --section InstructionStats --section Occupancy --csv --page raw \
+        ./fp4moe bench --problems "/tmp/st_$i.txt" --reps 3 ${PROF_BENCH_ARGS:---moe-backend w4a16-sm90}) \
+        > "$R/stalls_${l}_$i.csv" 2> "$R/stalls_${l}_$i.err"
+    done ;;
+  sass:*) l="${st#sass:}"; i=0 # ncu per-SASS-instruction stall samples, first kernel per problem
+    grep -v '^#' "bench/problems_$l.txt" | while read -r line; do
+      i=$((i+1)); echo "$line" > "/tmp/ss_$i.txt"
+      (cd build-dev && LD_LIBRARY_PATH=. timeout 200 ncu -k "${PROF_KERNELS:-regex:fp4_dec_kernel|fp4_sm90}" \
+        -c 1 --section SourceCounters --section WarpStateStats --page source --csv --print-source sass \
+        ./fp4moe bench --problems "/tmp/ss_$i.txt" --reps 3 ${PROF_BENCH_ARGS:---moe-backend w4a16-sm90}) \
+        > "$R/sass_${l}_$i.csv" 2> "$R/sass_${l}_$i.err"
     done ;;
   humming) for k in 8 4; do
       python3 bench/peer/humming_moe_bench.py --hidden 6144 --inter 384 --topk $k --tokens 1 8 32 64 128 192 224 256 288 320 512 576 768 1024 1536 2048 4096 16384 \
