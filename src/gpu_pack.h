@@ -8,12 +8,13 @@
  * 32-bit words v = 0, 1. Pair i of word v (i < 4) is elements k0 and k0 + 1 of the group,
  * k0 = 16 (2v + i / 2) + 2t + 8 (i % 2): word v holds blocks 2v and 2v + 1, and each pair is
  * one bf16x2 of the mma A / B fragment (k 2t, 2t + 1 or 2t + 8, 2t + 9 of a k16 block). The
- * 8 code bits of a pair are spread so that a shift and one mask put them at the bits of
- * that bf16x2 (the e2m1 value times 2^-126: magnitude at 16 e + 6..8, sign at 16 e + 15 for
- * element e): code bit b of element e sits at (16 e + 6 + b, or 16 e + 15 for the sign)
- * minus the pair's shift, modulo 32. Shifts: pair 0 none, pair 1 4, pair 2 10 (a rotate),
- * pair 3 6 for bits 0, 1, 3 and -2 for bit 2. So per word: bits 6-8, 15, 22-24, 31 pair 0;
- * 2-4, 11, 18-20, 27 pair 1; 28-30, 5, 12-14, 21 pair 2; 0, 1, 10, 9, 16, 17, 26, 25 pair 3.
+ * 8 code bits of a pair are spread so that a shift or rotate and one mask put them at the
+ * bits of that bf16x2 (pair 3: two shifts and masks), the e2m1 values times 2^-126
+ * (magnitude at 16 e + 6..8, sign at 16 e + 15 for element e): code bit b of element e sits
+ * at (16 e + 6 + b, or 16 e + 15 for the sign) minus the pair's shift, modulo 32. Shifts:
+ * pair 0 none, pair 1 4, pair 2 10 (a rotate), pair 3 6 for bits 0, 1, 3 and -2 for bit 2.
+ * So per word: bits 6-8, 15, 22-24, 31 pair 0; 2-4, 11, 18-20, 27 pair 1; 28-30, 5, 12-14,
+ * 21 pair 2; 0, 1, 10, 9, 16, 17, 26, 25 pair 3.
  * Scales: in place (row, block), each the block's |scale| as unsigned e5m3 (5 exponent bits,
  * bias 10, 3 mantissa bits): every finite e4m3 value is a normal e5m3 value (subnormal e4m3
  * included), so a kernel gets bf16 of scale times 2^K (K <= 119) from code b as
