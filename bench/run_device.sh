@@ -52,13 +52,15 @@ if want tests; then
 step "compute-sanitizer memcheck and racecheck (small cases)"
 if command -v compute-sanitizer >/dev/null; then
   echo "==== compute-sanitizer memcheck" >> "$TL"
+  t0=$SECONDS
   (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 ./test_gpu_moe) \
-    > /tmp/fp4moe-memcheck.log 2>&1 && echo "memcheck: clean" || { echo "memcheck: FAIL"; fails=$((fails+1)); }
+    > /tmp/fp4moe-memcheck.log 2>&1 && echo "memcheck: clean ($((SECONDS-t0)) s)" || { echo "memcheck: FAIL"; fails=$((fails+1)); }
   cat /tmp/fp4moe-memcheck.log >> "$TL"
   tail -n 2 /tmp/fp4moe-memcheck.log
   echo "==== compute-sanitizer racecheck" >> "$TL"
-  (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 ./test_gpu_moe) \
-    > /tmp/fp4moe-racecheck.log 2>&1 && echo "racecheck: clean" || { echo "racecheck: FAIL"; fails=$((fails+1)); }
+  t0=$SECONDS
+  (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 ./test_gpu_moe) \
+    > /tmp/fp4moe-racecheck.log 2>&1 && echo "racecheck: clean ($((SECONDS-t0)) s)" || { echo "racecheck: FAIL"; fails=$((fails+1)); }
   cat /tmp/fp4moe-racecheck.log >> "$TL"
   tail -n 2 /tmp/fp4moe-racecheck.log
 fi

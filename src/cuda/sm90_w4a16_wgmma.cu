@@ -14,15 +14,18 @@
  * operand in the 128-byte-swizzled layout of the wgmma descriptor (16-byte chunk j of row r
  * stored at chunk j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
- * consecutive 64-row slots of the same expert: m64n128k16; a slot alone: m64n64k16, or
- * m64n32k16 / m64n16k16 when it holds at most 32 / 16 tokens; the caller's grouping pads
- * every expert to an even number of slots, fp4_moe_group align 2, so a pair of slots never
- * holds two experts and its second slot is empty or in use), K tiles of 64 through a
- * cp.async ring of 84 KB (4 stages of 128 tokens, 6 of 64, 9 of 32, 12 of 16: the weight
- * bytes in flight matter when few tokens share them), one barrier per K tile with 4 stages,
- * one per two K tiles with more (each publishes two stages: half the barriers and proxy
- * fences). Registers hold two K tiles of A fragments: while the wgmmas of tile kt run, the
- * warps dequantize tile kt+1 (wgmma.wait_group 1 frees the other buffer and the ring stage).
+ * consecutive 64-row slots of the same expert: m64n128k16, or m64n96k16 / m64n80k16 when the
+ * second slot holds at most 32 / 16 tokens; a slot alone: m64n64k16, or n48 / n32 / n24 /
+ * n16 when it holds at most 48 / 32 / 24 / 16 tokens: the token width is the rows in use
+ * rounded up to 16 or 8 more, so an expert's last tile pads little; the caller's grouping
+ * pads every expert to an even number of slots, fp4_moe_group align 2, so a pair of slots
+ * never holds two experts and its second slot is empty or in use), K tiles of 64 through a
+ * cp.async ring of 84 KB (4 stages of 128 or 96 tokens, 5 of 80, 6 of 64, 7 of 48, 9 of 32,
+ * 10 of 24, 12 of 16: the weight bytes in flight matter when few tokens share them), one
+ * barrier per K tile with 4 or 5 stages, one per two K tiles with more (each publishes two
+ * stages: half the barriers and proxy fences). Registers hold two K tiles of A fragments:
+ * while the wgmmas of tile kt run, the warps dequantize tile kt+1 (wgmma.wait_group 1 frees
+ * the other buffer and the ring stage).
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
  * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared
  * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
@@ -93,8 +96,8 @@ static __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
            ((uint64_t)1 << 62);
 }
 
-#define WG_F8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), \
-                 "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define WG_F8(i) WG_F4(i), WG_F4(i + 4)
 
 /* D[64 x N] = A[64 x 16] (registers, bf16) * B[16 x N] (shared memory via descriptor)
  * + D when acc_in != 0. */
@@ -117,6 +120,36 @@ template <> struct wg_mma<128> {
     }
 };
 
+template <> struct wg_mma<96> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
+                                               int acc_in)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
+            "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"
+            "%42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p, 1, 1, 0;\n}\n"
+            : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
+    }
+};
+
+template <> struct wg_mma<80> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
+                                               int acc_in)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
+            "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, "
+            "{%40,%41,%42,%43}, %44, p, 1, 1, 0;\n}\n"
+            : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
+    }
+};
+
 template <> struct wg_mma<64> {
     static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
                                                int acc_in)
@@ -130,6 +163,20 @@ template <> struct wg_mma<64> {
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
     }
 };
+template <> struct wg_mma<48> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
+                                               int acc_in)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
+            "%22,%23}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
+            : WG_F8(0), WG_F8(8), WG_F8(16)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
+    }
+};
+
 template <> struct wg_mma<32> {
     static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
                                                int acc_in)
@@ -140,6 +187,20 @@ template <> struct wg_mma<32> {
             "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, "
             "p, 1, 1, 0;\n}\n"
             : WG_F8(0), WG_F8(8)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
+    }
+};
+
+template <> struct wg_mma<24> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
+                                               int acc_in)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
+            "{%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
+            : WG_F8(0), WG_F4(8)
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
     }
 };
@@ -156,7 +217,9 @@ template <> struct wg_mma<16> {
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
     }
 };
+
 #undef WG_F8
+#undef WG_F4
 
 /* A fragments of one K tile (W at w, its scales at w + WG_W_BYTES): a[kk][0..3] = rows
  * (rg, rg+8) x k (2t.., 2t+8..) of k16 step kk (the mma.sync A layout, per warp 16 rows). The
@@ -280,12 +343,13 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     uint32_t abuf0[4][4], abuf1[4][4];
 
     /* Tile kt: issue its wgmmas (A = cur), retire kt-1's, publish, refill, dequantize kt+1
-     * into nxt while kt's wgmmas run. With 5 or more stages (NT <= 64) a barrier publishes
+     * into nxt while kt's wgmmas run. With 6 or more stages (NT <= 64) a barrier publishes
      * two stages at even kt (kt+1, kt+2) and refills the two that kt-2 and kt-1 used: half
      * the barriers, and the proxy fence (a MEMBAR that waits for this thread's copies still
-     * in flight) finds the youngest copies two tiles old instead of one. With 4 stages, one
-     * per tile. */
-    constexpr int PUB = NST >= 5 ? 2 : 1; /* stages published per barrier */
+     * in flight) finds the youngest copies two tiles old instead of one. With 4 or 5 stages,
+     * one per tile (with 5, two per barrier would wait for copies issued only 2 tiles
+     * earlier instead of 4). */
+    constexpr int PUB = NST >= 6 ? 2 : 1; /* stages published per barrier */
     constexpr int PRE = NST - 1 - PUB;    /* stages loaded before the loop, after stage 0 */
 #pragma unroll
     for (int s = 0; s <= PRE; s++) {
@@ -397,7 +461,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     constexpr int BB = NT * 128;                            /* B bytes per K tile */
     constexpr int BRES = WG_RES_K / WG_BK * BB;             /* resident B, 1 KB multiple */
     constexpr int STAGE = WG_W_BYTES + WG_S_BYTES;          /* W + S of one K tile */
-    constexpr int NST = (WG_RING - BRES - NT * 8) / STAGE;  /* 7 (NT 64) .. 15 (NT 16) */
+    constexpr int NST = (WG_RING - BRES - NT * 8) / STAGE;  /* 7 (NT 64), 10 (48), 13 (32) */
     static_assert(NST >= 3, "ring too short");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
@@ -512,11 +576,12 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
 #endif /* FP4_WG_SM90 */
 
 #ifdef FP4_WG_SM90
-/* Unit `unit` of a launch: slots 2 unit and 2 unit + 1. pair(e, s0) when both hold tokens of
- * expert e (one 128-token tile), else alone(e, s, nt) for each slot in use, nt = 64, 32 or 16:
- * a slot's rows in use are a prefix (the grouping fills an expert's segment from its start),
- * so rows 16 and 32 tell how many. The second slot of an expert's last pair may be empty:
- * then the first runs alone. */
+/* Unit `unit` of a launch: slots 2 unit and 2 unit + 1. pair(e, s0, nt) when both hold
+ * tokens of expert e (one tile of nt = 128, 96 or 80 tokens: the first slot full, the second
+ * holding more than 32, 17-32 or 1-16), else alone(e, s, nt) for each slot in use, nt = 64,
+ * 48, 32, 24 or 16: a slot's rows in use are a prefix (the grouping fills an expert's
+ * segment from its start), so rows 16, 24, 32 and 48 tell how many. The second slot of an
+ * expert's last pair may be empty: then the first runs alone. */
 template <class Pair, class Alone>
 static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int unit, Pair pair,
                                                Alone alone)
@@ -530,18 +595,27 @@ static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int u
         e0 = (long long)s0 * 64 < p.a_rows ? 0 : -1;
         e1 = s1 < p.n_tiles_m && (long long)s1 * 64 < p.a_rows ? 0 : -1;
     }
-    auto used = [&](long long r) -> bool {
-        return p.row_src ? p.row_src[r] >= 0 : p.row_dst ? p.row_dst[r] >= 0 : r < p.a_rows;
-    };
-    auto slot_alone = [&](int e, int s) {
-        const long long r0 = (long long)s * 64;
-        alone(e, s, used(r0 + 32) ? 64 : used(r0 + 16) ? 32 : 16);
-    };
-    if (e0 >= 0 && e0 == e1 && used((long long)s1 * 64)) {
-        pair(e0, s0);
+    /* Rows 0, 16, 24, 32 and 48 of both slots in use? Loaded together (one latency, not a
+     * chain of dependent loads). */
+    const int32_t *rmap = p.row_src ? p.row_src : p.row_dst; /* -1: padding */
+    const int off[5] = {0, 16, 24, 32, 48};
+    const long long r0 = (long long)s0 * 64, r1 = (long long)s1 * 64;
+    const bool has1 = s1 < p.n_tiles_m;
+    int v0[5], v1[5];
+#pragma unroll
+    for (int i = 0; i < 5; i++) {
+        v0[i] = rmap ? rmap[r0 + off[i]] : (r0 + off[i] < p.a_rows ? 0 : -1);
+        v1[i] = !has1 ? -1 : rmap ? rmap[r1 + off[i]] : (r1 + off[i] < p.a_rows ? 0 : -1);
+    }
+    int n0 = 0, n1 = 0; /* probes in use: a count, since the rows in use are a prefix */
+#pragma unroll
+    for (int i = 0; i < 5; i++) n0 += v0[i] >= 0, n1 += v1[i] >= 0;
+    auto width = [](int n) { return n >= 5 ? 64 : n == 4 ? 48 : n == 3 ? 32 : n == 2 ? 24 : 16; };
+    if (e0 >= 0 && e0 == e1 && n1 > 0) {
+        pair(e0, s0, n1 >= 4 ? 128 : n1 >= 2 ? 96 : 80);
     } else {
-        if (e0 >= 0) slot_alone(e0, s0);
-        if (e1 >= 0 && e1 != e0) slot_alone(e1, s1);
+        if (e0 >= 0) alone(e0, s0, width(n0));
+        if (e1 >= 0 && e1 != e0) alone(e1, s1, width(n1));
     }
 }
 #endif
@@ -557,10 +631,17 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const int ctile = (int)(blockIdx.x % (unsigned)ny), unit = (int)(blockIdx.x / (unsigned)ny);
     wg_unit(
-        p, unit, [&](int e, int s) { wg_tile<128, GATED>(p, sm, e, s, ctile); },
+        p, unit,
+        [&](int e, int s, int nt) {
+            if (nt == 128) wg_tile<128, GATED>(p, sm, e, s, ctile);
+            else if (nt == 96) wg_tile<96, GATED>(p, sm, e, s, ctile);
+            else wg_tile<80, GATED>(p, sm, e, s, ctile);
+        },
         [&](int e, int s, int nt) {
             if (nt == 64) wg_tile<64, GATED>(p, sm, e, s, ctile);
+            else if (nt == 48) wg_tile<48, GATED>(p, sm, e, s, ctile);
             else if (nt == 32) wg_tile<32, GATED>(p, sm, e, s, ctile);
+            else if (nt == 24) wg_tile<24, GATED>(p, sm, e, s, ctile);
             else wg_tile<16, GATED>(p, sm, e, s, ctile);
         });
 #else
@@ -570,10 +651,10 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 
 /* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS. Grid: units x groups
  * of WG_RES_COLS column tiles, group fastest. Every slot runs its group as one wg_res unit
- * (token tile resident), a pair as two (its weights dequantized twice). Slots of <= 16
- * tokens run as 32. A kernel of its own, and no 16-token or 128-token body: with any of
- * wg_tile's bodies, or wg_res<16>, in the same kernel ptxas runs short of registers and
- * serializes every wgmma of the kernel (C7511). */
+ * (token tile resident), a pair as two (its weights dequantized twice). A slot runs as 64,
+ * 48 or 32 tokens (<= 32 in use: 32). A kernel of its own, and no 16-token or 128-token
+ * body: with any of wg_tile's bodies, or wg_res<16>, in the same kernel ptxas runs short of
+ * registers and serializes every wgmma of the kernel (C7511). */
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 {
@@ -585,12 +666,13 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
     const int unit = (int)(blockIdx.x / (unsigned)nyg), nct = min(WG_RES_COLS, ny - ctile);
     wg_unit(
         p, unit,
-        [&](int e, int s) {
+        [&](int e, int s, int) {
             wg_res<64>(p, sm, e, s, ctile, nct);
             wg_res<64>(p, sm, e, s + 1, ctile, nct);
         },
         [&](int e, int s, int nt) {
-            if (nt == 64) wg_res<64>(p, sm, e, s, ctile, nct);
+            if (nt > 48) wg_res<64>(p, sm, e, s, ctile, nct);
+            else if (nt > 32) wg_res<48>(p, sm, e, s, ctile, nct);
             else wg_res<32>(p, sm, e, s, ctile, nct);
         });
 #else

@@ -6,7 +6,7 @@
 # the environment adds its timing table (tp8, M 1..256). Also runs compute-sanitizer memcheck
 # on the small cases when it is installed
 # (FP4MOE_GPU_SANITIZE=0 skips it). Time limits: FP4MOE_GPU_TEST_TIMEOUT (300 s per test),
-# FP4MOE_GPU_SANITIZE_TIMEOUT (150 s). Exit status: non-zero if any test failed.
+# FP4MOE_GPU_SANITIZE_TIMEOUT (240 s). Exit status: non-zero if any test failed.
 set -u
 build=${1:?usage: tests/gpu/run_all.sh BUILD_DIR}
 out=${OUT:-./gpu-logs}
@@ -28,7 +28,7 @@ done
 if [ "${FP4MOE_GPU_SANITIZE:-1}" != 0 ] && command -v compute-sanitizer > /dev/null &&
    [ -x "$build/test_gpu_moe" ]; then
     echo "== compute-sanitizer memcheck (small cases: FP4MOE_GPU_TEST_SMALL=1)"
-    FP4MOE_GPU_TEST_SMALL=1 timeout "${FP4MOE_GPU_SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+    FP4MOE_GPU_TEST_SMALL=1 timeout "${FP4MOE_GPU_SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool memcheck --error-exitcode 3 \
         "$build/test_gpu_moe" > "$out/memcheck.log" 2>&1
     rc=$?
     echo "   exit $rc: $(grep -E 'ERROR SUMMARY|passed' "$out/memcheck.log" | tr '\n' ' ')"

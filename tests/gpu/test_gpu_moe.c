@@ -27,7 +27,9 @@
  * partial column groups at H=1344), the nvfp4 shared expert at M <= 48; the one-tile-per-CTA
  * FC2 above 48 rows per expert (tiny M >= 1000, tp8-large top-8).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
- * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 only (for
+ * sm90-wgmma's token widths per expert tile (16 .. 128, by the rows in use) are counted from
+ * the top-k ids of its cases; the full suite fails if an FC1 width is never selected.
+ * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 (tiny: 160) only (for
  * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
  * tp8 shape, every kernel, top-8 and top-4, with and without the shared expert, M = 1 .. 256,
  * graph replay of the whole forward, L2 flushed (256 MB memset) before every replay, median.
@@ -259,6 +261,37 @@ static void poison(gpu_bufs *b, int m, int h, int k, cudaStream_t s)
 static const fp4_gpu_kernel kernels[] = {FP4_GPU_K_MMA, FP4_GPU_K_DECODE, FP4_GPU_K_SM90_WGMMA};
 static int N_KERNELS = (int)(sizeof kernels / sizeof kernels[0]);
 
+/* Coverage of sm90-wgmma's token widths (wg_unit in src/cuda/sm90_w4a16_wgmma.cu): the
+ * routed experts' 64-row slots, in pairs (fp4_moe_group align 2), select a width by the rows
+ * in use; counted here from the GPU's top-k ids of every sm90-wgmma case, for FC1 (always the
+ * one-tile kernel) and FC2 where it runs the one-tile kernel too (more than 48 rows per
+ * expert on average, or I > 384). The suite fails if an FC1 width is never selected. */
+static const int wg_widths[] = {16, 24, 32, 48, 64, 80, 96, 128};
+#define N_WG_WIDTHS ((int)(sizeof wg_widths / sizeof wg_widths[0]))
+static int wg_seen[2][N_WG_WIDTHS]; /* [FC1, FC2][width] */
+
+static int wg_width(int first, int second)
+{
+    if (second > 0) return second > 32 ? 128 : second > 16 ? 96 : 80;
+    return first > 48 ? 64 : first > 32 ? 48 : first > 24 ? 32 : first > 16 ? 24 : 16;
+}
+
+static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter)
+{
+    int *cnt = calloc((size_t)n_experts, sizeof(int));
+    for (long long i = 0; i < (long long)m * k; i++)
+        if (ids[i] >= 0 && ids[i] < n_experts) cnt[ids[i]]++;
+    const int fc2_tile = inter > 384 || ((long long)m * k + n_experts - 1) / n_experts > 48;
+    for (int e = 0; e < n_experts; e++)
+        for (int r = 0; r < cnt[e]; r += 128) {
+            const int left = cnt[e] - r, first = left < 64 ? left : 64;
+            const int w = wg_width(first, left - first);
+            for (int i = 0; i < N_WG_WIDTHS; i++)
+                if (wg_widths[i] == w) wg_seen[0][i]++, wg_seen[1][i] += fc2_tile;
+        }
+    free(cnt);
+}
+
 /* One GPU forward of m tokens (outputs poisoned first); results to the host arrays. */
 static fp4moe_status gpu_run(fp4_gpu_moe *g, fp4_gpu_kernel kern, const uint16_t *xb, int m,
                              int h, int k, float *y, int32_t *gids, float *gw, cudaStream_t s,
@@ -323,6 +356,7 @@ static void run_case(const char *shape, const fp4_arch *a, const fp4_moe_weights
             n_fail++;
             continue;
         }
+        if (kernels[ki] == FP4_GPU_K_SM90_WGMMA) wg_count(gids, m, k, w->n_experts, w->inter);
         size_t n_nonfinite = 0;
         for (size_t i = 0; i < nx; i++) n_nonfinite += !isfinite(y[i]);
         double d2 = 0, r2 = 0;
@@ -688,24 +722,42 @@ int main(void)
         {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 4, k48, 2, 1, 0},
         {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k48, 2, 0, 1},
     };
-    /* FP4MOE_GPU_TEST_SMALL=1 (for compute-sanitizer): tiny shapes and M <= 64 only. */
+    /* FP4MOE_GPU_TEST_SMALL=1 (for compute-sanitizer): tiny shapes and M <= 160 only. */
     const char *small = getenv("FP4MOE_GPU_TEST_SMALL"), *timing = getenv("FP4MOE_GPU_TIMING");
-    if (small && *small && strcmp(small, "0")) {
-        static const int ms_s[] = {1, 7, 64};
+    const int is_small = small && *small && strcmp(small, "0");
+    const int is_profile = timing && !strcmp(timing, "profile");
+    if (is_small) {
+        static const int ms_s[] = {1, 7, 64}, ms_s_tiny[] = {1, 7, 64, 160};
         const shape_spec sm[] = {
-            {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_s, 3, k48, 2, 0, 0},
+            /* M=160: 40 / 80 per expert at top-4 / top-8, sm90-wgmma's 80- and 96-token tiles */
+            {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_s_tiny, 4, k48, 2, 0, 0},
             {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_s + 1, 1, k8, 1, 0, 0},
             {"odd-H", 320, 16, 128, SH_NONE, 0, ms_s, 2, k_odd, 2, 0, 0},
             {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
         };
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
-    } else if (timing && !strcmp(timing, "profile")) {
+    } else if (is_profile) {
         run_timing(1, s); /* for a profiler: one replay per point, no correctness cases */
     } else {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i], s);
         if (timing && *timing && strcmp(timing, "0")) run_timing(0, s);
     }
     run_reject_case();
+    if (N_KERNELS == (int)(sizeof kernels / sizeof kernels[0]) && !is_profile) {
+        int missing = 0;
+        for (int f = 0; f < 2; f++) {
+            printf("sm90-wgmma %s token widths (expert tiles):", f ? "FC2 one-tile" : "FC1");
+            for (int i = 0; i < N_WG_WIDTHS; i++) {
+                printf(" n%d x%d", wg_widths[i], wg_seen[f][i]);
+                missing += !f && !wg_seen[f][i] && !is_small; /* small: a few M only */
+            }
+            printf("\n");
+        }
+        if (missing) {
+            printf("FAIL sm90-wgmma coverage: %d FC1 token widths never selected\n", missing);
+            n_fail++;
+        }
+    }
     CK(cudaStreamDestroy(s));
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
