@@ -96,128 +96,60 @@ static __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
            ((uint64_t)1 << 62);
 }
 
-#define WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define WG_F8(i) WG_F4(i), WG_F4(i + 4)
-
 /* D[64 x N] = A[64 x 16] (registers, bf16) * B[16 x N] (shared memory via descriptor)
- * + D when acc_in != 0. */
+ * + D when acc_in != 0: wg_mma<N>::run(d, a, desc, acc_in). Operands of the asm: the N / 2
+ * accumulators (DREGS, from the chunks WG_D*, 8 each), then a[0..3] (AREGS), desc, acc_in. */
 template <int N> struct wg_mma;
 
-template <> struct wg_mma<128> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
-                                               int acc_in)
-    {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
-            "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"
-            "%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,"
-            "%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-            : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40), WG_F8(48),
-              WG_F8(56)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
-    }
-};
-
-template <> struct wg_mma<96> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
-                                               int acc_in)
-    {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
-            "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"
-            "%42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p, 1, 1, 0;\n}\n"
-            : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
-    }
-};
-
-template <> struct wg_mma<80> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
-                                               int acc_in)
-    {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
-            "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, "
-            "{%40,%41,%42,%43}, %44, p, 1, 1, 0;\n}\n"
-            : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
-    }
-};
-
-template <> struct wg_mma<64> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
-                                               int acc_in)
-    {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
-            "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-            : WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
-    }
-};
-template <> struct wg_mma<48> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
-                                               int acc_in)
-    {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
-            "%22,%23}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
-            : WG_F8(0), WG_F8(8), WG_F8(16)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
-    }
-};
-
-template <> struct wg_mma<32> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
-                                               int acc_in)
-    {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, "
-            "p, 1, 1, 0;\n}\n"
-            : WG_F8(0), WG_F8(8)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
-    }
-};
-
-template <> struct wg_mma<24> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
-                                               int acc_in)
-    {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
-            "{%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
-            : WG_F8(0), WG_F4(8)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
-    }
-};
-
-template <> struct wg_mma<16> {
-    static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc,
-                                               int acc_in)
-    {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-            "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-            : WG_F8(0)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc_in));
-    }
-};
-
+#define WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define WG_F8(i) WG_F4(i), WG_F4(i + 4)
+#define WG_D0 "%0,%1,%2,%3,%4,%5,%6,%7"
+#define WG_D1 "%8,%9,%10,%11,%12,%13,%14,%15"
+#define WG_D2 "%16,%17,%18,%19,%20,%21,%22,%23"
+#define WG_D3 "%24,%25,%26,%27,%28,%29,%30,%31"
+#define WG_D4 "%32,%33,%34,%35,%36,%37,%38,%39"
+#define WG_D5 "%40,%41,%42,%43,%44,%45,%46,%47"
+#define WG_D6 "%48,%49,%50,%51,%52,%53,%54,%55"
+#define WG_D7 "%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_MMA(N, DREGS, AREGS, DESC, PRED, ...)                                              \
+    template <> struct wg_mma<N> {                                                            \
+        static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, \
+                                                   int acc_in)                                \
+        {                                                                                     \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n"                    \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "          \
+                         "{" DREGS "}, {" AREGS "}, " DESC ", p, 1, 1, 0;\n}\n"             \
+                         : __VA_ARGS__                                                        \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc),             \
+                           "r"(acc_in));                                                      \
+        }                                                                                     \
+    };
+WG_MMA(128, WG_D0 "," WG_D1 "," WG_D2 "," WG_D3 "," WG_D4 "," WG_D5 "," WG_D6 "," WG_D7,
+       "%64,%65,%66,%67", "%68", "%69",
+       WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40), WG_F8(48), WG_F8(56))
+WG_MMA(96, WG_D0 "," WG_D1 "," WG_D2 "," WG_D3 "," WG_D4 "," WG_D5, "%48,%49,%50,%51", "%52", "%53",
+       WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40))
+WG_MMA(80, WG_D0 "," WG_D1 "," WG_D2 "," WG_D3 "," WG_D4, "%40,%41,%42,%43", "%44", "%45",
+       WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32))
+WG_MMA(64, WG_D0 "," WG_D1 "," WG_D2 "," WG_D3, "%32,%33,%34,%35", "%36", "%37",
+       WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24))
+WG_MMA(48, WG_D0 "," WG_D1 "," WG_D2, "%24,%25,%26,%27", "%28", "%29",
+       WG_F8(0), WG_F8(8), WG_F8(16))
+WG_MMA(32, WG_D0 "," WG_D1, "%16,%17,%18,%19", "%20", "%21",
+       WG_F8(0), WG_F8(8))
+WG_MMA(24, WG_D0 ",%8,%9,%10,%11", "%12,%13,%14,%15", "%16", "%17",
+       WG_F8(0), WG_F4(8))
+WG_MMA(16, WG_D0, "%8,%9,%10,%11", "%12", "%13",
+       WG_F8(0))
+#undef WG_MMA
+#undef WG_D0
+#undef WG_D1
+#undef WG_D2
+#undef WG_D3
+#undef WG_D4
+#undef WG_D5
+#undef WG_D6
+#undef WG_D7
 #undef WG_F8
 #undef WG_F4
 
