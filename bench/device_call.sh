@@ -2,7 +2,8 @@
 # One device call of a session (run from the repository root on the GPU machine):
 #   OUT=... bash bench/device_call.sh STEPS
 # STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario), ab:LIST[:T] (A/B
-# of build-dev against build-base, or the build AB_BASE names, on bench/problems_LIST.txt,
+# of build-dev, or the build AB_NEW names, against build-base, or the build AB_BASE names, on
+# bench/problems_LIST.txt,
 # AB_PASSES default 3; T: the new
 # build runs with --dec-slot-tokens T), prof:LIST
 # (ncu per problem of bench/problems_LIST.txt, all kernels of w4a16-sm90, L2 and issue
@@ -21,7 +22,7 @@ for st in "${steps[@]}"; do
   ab:*) l="${st#ab:}"; t=""; case "$l" in *:*) t="${l#*:}"; l="${l%%:*}" ;; esac
     mkdir -p "$R/ab_$l$t"
     OUT="$R/ab_$l$t" AB_NEW_ARGS="${t:+--dec-slot-tokens $t}" AB_PASSES="${AB_PASSES:-3}" bash bench/ab_device.sh \
-      build-dev "${AB_BASE:-build-base}" "bench/problems_$l.txt" > "$R/ab_$l$t.log" 2>&1 ;;
+      "${AB_NEW:-build-dev}" "${AB_BASE:-build-base}" "bench/problems_$l.txt" > "$R/ab_$l$t.log" 2>&1 ;;
   prof:*) l="${st#prof:}"; i=0
     grep -v '^#' "bench/problems_$l.txt" | while read -r line; do
       i=$((i+1)); echo "$line" > "/tmp/prof_$i.txt"; mkdir -p "$R/prof_${l}_$i"

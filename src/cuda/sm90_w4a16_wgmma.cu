@@ -153,23 +153,36 @@ WG_MMA(16, WG_D0, "%8,%9,%10,%11", "%12", "%13",
 #undef WG_F8
 #undef WG_F4
 
-/* A fragments of one K tile (W at w, its scales at w + WG_W_BYTES): a[kk][0..3] = rows
- * (rg, rg+8) x k (2t.., 2t+8..) of k16 step kk (the mma.sync A layout, per warp 16 rows). The
- * lane's 8 packed bytes of a row: word kk / 2, nibble pairs 2 (kk & 1) (k 2t, 2t+1) and
- * 2 (kk & 1) + 1 (k 2t+8, 2t+9) (src/gpu_pack.h). Values times 2^-126 (e2m1_pair) by scales
- * times 2^119: w s 2^-7. */
-static __device__ __forceinline__ void wg_dequant(const unsigned char *w, int rg, int t,
-                                                  uint32_t (&a)[4][4])
+/* The packed codes and block scales of one K tile that this lane dequantizes (W at w, its
+ * scales at w + WG_W_BYTES): rows rg and rg + 8, 8 packed bytes of each (src/gpu_pack.h), and
+ * their 4 scales. Loaded apart from wg_dequant so that the shared-memory latency hides behind
+ * other work (the copy issue or the wgmma issue) instead of stalling the first shift. */
+struct wg_codes {
+    uint2 q0, q1;
+    uint32_t s0, s1;
+};
+
+static __device__ __forceinline__ wg_codes wg_load_codes(const unsigned char *w, int rg, int t)
 {
-    uint2 q0 = *(const uint2 *)(w + rg * 32 + t * 8);
-    uint2 q1 = *(const uint2 *)(w + (rg + 8) * 32 + t * 8);
-    uint32_t s0w = *(const uint32_t *)(w + WG_W_BYTES + rg * 4);
-    uint32_t s1w = *(const uint32_t *)(w + WG_W_BYTES + (rg + 8) * 4);
+    wg_codes c;
+    c.q0 = *(const uint2 *)(w + rg * 32 + t * 8);
+    c.q1 = *(const uint2 *)(w + (rg + 8) * 32 + t * 8);
+    c.s0 = *(const uint32_t *)(w + WG_W_BYTES + rg * 4);
+    c.s1 = *(const uint32_t *)(w + WG_W_BYTES + (rg + 8) * 4);
+    return c;
+}
+
+/* A fragments of one K tile from its codes: a[kk][0..3] = rows (rg, rg+8) x k (2t.., 2t+8..)
+ * of k16 step kk (the mma.sync A layout, per warp 16 rows). The lane's 8 packed bytes of a
+ * row: word kk / 2, nibble pairs 2 (kk & 1) (k 2t, 2t+1) and 2 (kk & 1) + 1 (k 2t+8, 2t+9)
+ * (src/gpu_pack.h). Values times 2^-126 (e2m1_pair) by scales times 2^119: w s 2^-7. */
+static __device__ __forceinline__ void wg_dequant(const wg_codes &c, uint32_t (&a)[4][4])
+{
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        const uint32_t w0 = kk < 2 ? q0.x : q0.y, w1 = kk < 2 ? q1.x : q1.y;
-        const uint32_t s0 = fp4_scale_dup<119>(s0w, kk);
-        const uint32_t s1 = fp4_scale_dup<119>(s1w, kk);
+        const uint32_t w0 = kk < 2 ? c.q0.x : c.q0.y, w1 = kk < 2 ? c.q1.x : c.q1.y;
+        const uint32_t s0 = fp4_scale_dup<119>(c.s0, kk);
+        const uint32_t s1 = fp4_scale_dup<119>(c.s1, kk);
         const int i0 = 2 * (kk & 1);
         a[kk][0] = bf16x2_mul(e2m1_pair(w0, i0), s0);
         a[kk][1] = bf16x2_mul(e2m1_pair(w1, i0), s1);
@@ -267,7 +280,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     };
 
     const int rg = 64 * wg + 16 * wq + g; /* the warp's first weight row */
-    auto dequant = [&](int st, uint32_t(&a)[4][4]) { wg_dequant(sm + st * STAGE + BB, rg, t, a); };
+    auto codes = [&](int st) { return wg_load_codes(sm + st * STAGE + BB, rg, t); };
 
     float acc[NT / 2];
 #pragma unroll
@@ -291,9 +304,16 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     cp_async_wait<PRE>();
     fence_proxy_async();
     __syncthreads();
-    dequant(0, abuf0);
+    wg_dequant(codes(0), abuf0);
 
+    /* The codes of tile kt+1 are read as soon as its stage is published: at the top when an
+     * earlier barrier published it (the odd tiles with PUB 2), else right after this tile's
+     * barrier, before the copies are issued. With 80 tokens or more (64 accumulators and
+     * more) the live codes would spill: there they are read after the copies. */
+    constexpr bool EARLY = NT <= 64;
     auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish) {
+        wg_codes c1;
+        if (!publish && kt + 1 < nk) c1 = codes((kt + 1) % NST);
         const uint64_t desc = wg_desc(sbase + (kt % NST) * STAGE);
         wgmma_fence();
 #pragma unroll
@@ -305,6 +325,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             cp_async_wait<PRE - PUB>();
             fence_proxy_async();
             __syncthreads();
+            if (EARLY && kt + 1 < nk) c1 = codes((kt + 1) % NST);
 #pragma unroll
             for (int i = 0; i < PUB; i++) {
                 const int ks = kt + NST - PUB + i; /* into the stage of kt - PUB + i */
@@ -312,7 +333,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
                 cp_async_commit();
             }
         }
-        if (kt + 1 < nk) dequant((kt + 1) % NST, nxt);
+        if (!EARLY && publish && kt + 1 < nk) c1 = codes((kt + 1) % NST);
+        if (kt + 1 < nk) wg_dequant(c1, nxt);
     };
     for (int kt = 0; kt < nk; kt += 2) {
         step(kt, abuf0, abuf1, true);
@@ -437,9 +459,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
             cp_async16(b_dst + kt * BB, b_src + kt * WG_BK, src >= 0 ? 16 : 0);
     }
     const int rg = 64 * wg + 16 * wq + g;
-    auto dequant = [&](int st, uint32_t(&a)[4][4]) {
-        wg_dequant(sm + BRES + st * STAGE, rg, t, a);
-    };
+    auto codes = [&](int st) { return wg_load_codes(sm + BRES + st * STAGE, rg, t); };
 
     float acc[NT / 2]; /* each column tile's first wgmma starts it (acc_in 0) */
 #pragma unroll
@@ -453,7 +473,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     cp_async_wait<NST - 2>();
     fence_proxy_async();
     __syncthreads();
-    dequant(0, abuf0);
+    wg_dequant(codes(0), abuf0);
 
     /* Step s (column tile ctile0 + s / nk, K tile s % nk): as wg_tile's step, with B at K
      * tile kt of the resident copy; the last K tile of a column tile retires its wgmmas and
@@ -491,9 +511,11 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         /* the ring holds W and S only, read by ld.shared (generic proxy): no proxy fence */
         cp_async_wait<NST - 3>();
         __syncthreads();
+        wg_codes c1; /* read before the copies are issued: their latency hides behind them */
+        if (s + 1 < steps) c1 = codes((s + 1) % NST);
         if (s + NST - 1 < steps) load_next((s + NST - 1) % NST);
         cp_async_commit();
-        if (s + 1 < steps) dequant((s + 1) % NST, nxt);
+        if (s + 1 < steps) wg_dequant(c1, nxt);
     };
     for (int s = 0; s < steps; s += 2) {
         step(s, abuf0, abuf1);
