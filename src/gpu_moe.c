@@ -15,7 +15,7 @@
  * Workspace (for M tokens, slots = ceil(M k / T) + E with T = 64 (mma) or dec_slot_tokens (8,
  * 16 or 32, decode)): ids /
  * weights [M k], tile table [slots], padded rows src/dst/weight [slots * T], a [slots * T, I]
- * bf16, per-pair FC2 output [M k, H] fp32, shared a [M, Is] bf16; decode adds paired x
+ * bf16, per-pair FC2 output [M k, H] bf16, shared a [M, Is] bf16; decode adds paired x
  * [M, H] bf16 and router logits [M, E] fp32. workspace_size is the larger of the two.
  * Limits: routed experts nvfp4 only; H, I, Is multiples of 64; E <= 256; H <= 16384.
  * Without FP4MOE_WITH_CUDA every call returns FP4MOE_ERR_NOT_SUPPORTED.
@@ -239,7 +239,7 @@ static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
     TAKE(row_dst, rows * 4);
     TAKE(row_w, rows * 4);
     TAKE(a, rows * g->inter * 2);
-    TAKE(pairs, pairs * g->hidden * 4);
+    TAKE(pairs, pairs * g->hidden * 2); /* bf16, FC2's per-pair rows */
     TAKE(sh_a, g->has_shared ? (size_t)m * g->shared_inter * 2 : 0);
     TAKE(xp, dec ? (size_t)m * g->hidden * 2 : 0);
     /* logits: the decode router's [M, E], else route / group scratch (used one after the
@@ -571,7 +571,8 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     int E = g->n_experts, H = g->hidden, I = g->inter, k = g->topk;
     int32_t *tile_expert = (int32_t *)(ws + l->tile_expert);
     int32_t *row_src = (int32_t *)(ws + l->row_src), *row_dst = (int32_t *)(ws + l->row_dst);
-    float *row_w = (float *)(ws + l->row_w), *pairs = (float *)(ws + l->pairs);
+    float *row_w = (float *)(ws + l->row_w);
+    uint16_t *pairs = (uint16_t *)(ws + l->pairs);
     uint16_t *abuf = (uint16_t *)(ws + l->a), *sh_a = (uint16_t *)(ws + l->sh_a);
     uint16_t *xp = (uint16_t *)(ws + l->xp);
     const fp4_arch *a = &g->arch;
@@ -615,7 +616,7 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     p.gated = 0, p.n = H, p.k = I;
     p.a = abuf, p.a_rows = l->n_slots * l->tile_t, p.row_src = NULL;
     p.row_dst = row_dst, p.row_w = row_w;
-    p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs;
+    p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs, p.out_bf16 = 1;
     if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "decode FC2 launch");
 
     if (g->has_shared) { /* identity slots of 8 tokens, output straight into y */
@@ -666,7 +667,8 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
         return forward_decode(g, x_bf16, m, y, ids, wts, ws, &l, prologue_only, s, e);
     int32_t *tile_expert = (int32_t *)(ws + l.tile_expert);
     int32_t *row_src = (int32_t *)(ws + l.row_src), *row_dst = (int32_t *)(ws + l.row_dst);
-    float *row_w = (float *)(ws + l.row_w), *pairs = (float *)(ws + l.pairs);
+    float *row_w = (float *)(ws + l.row_w);
+    uint16_t *pairs = (uint16_t *)(ws + l.pairs);
     uint16_t *abuf = (uint16_t *)(ws + l.a), *sh_a = (uint16_t *)(ws + l.sh_a);
     const fp4_arch *a = &g->arch;
     int act = a->act == FP4_ACT_SWIGLUOAI;
@@ -698,11 +700,12 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
                         "sm_90 GPU and K, N multiples of 64", H, I);
     if ((err = wg ? fp4_sm90_wgmma_gemm(&p, s) : fp4_mma_gemm(&p, s)) != cudaSuccess)
         return cuda_fail(e, err, "FC1 launch");
-    /* FC2: a [padded, I] -> per-pair rows of [M k, H], times global scale and route weight. */
+    /* FC2: a [padded, I] -> per-pair rows of [M k, H] in bf16 (half the bytes written and read
+     * back by the combine), times global scale and route weight. */
     p.gated = 0, p.n = H, p.k = I;
     p.a = abuf, p.a_rows = l.n_slots * FP4_MMA_TILE_M, p.row_src = NULL;
     p.row_dst = row_dst, p.row_w = row_w;
-    p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs;
+    p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs, p.out_bf16 = 1;
     if ((err = wg ? fp4_sm90_wgmma_gemm(&p, s) : fp4_mma_gemm(&p, s)) != cudaSuccess)
         return cuda_fail(e, err, "FC2 launch");
 

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p)
@@ -65,6 +66,19 @@ static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uin
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Float to bf16 bits, and two floats to a bf16x2 (low half: lo); round to nearest even. */
+static __device__ __forceinline__ uint16_t bf16_bits(float v)
+{
+    __nv_bfloat16 b = __float2bfloat16_rn(v);
+    return *(uint16_t *)&b;
+}
+
+static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
 }
 
 /* a * b on bf16 pairs (an fma with a -0 addend, which keeps +0 products +0; sm_80+). */

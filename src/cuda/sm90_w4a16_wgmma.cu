@@ -29,7 +29,7 @@
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
  * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared
  * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
- * fp32 rows staged in shared memory, 16-byte stores.
+ * fp32 rows staged in shared memory, 16-byte stores (8-byte of bf16 with out_bf16).
  * Limits: NVFP4 weights only; k % 64 == 0, n % 64 == 0 (plain: a last half tile of 64
  * columns is masked); a and out 16-byte aligned.
  * Built for sm_90a; in other targets the kernel body traps and the launcher refuses (init).
@@ -394,7 +394,10 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             float f = sf[r];
             float4 v = *(const float4 *)(so + r * 132 + 4 * lane);
             v.x *= f, v.y *= f, v.z *= f, v.w *= f;
-            *(float4 *)(out + (size_t)dst * n + col) = v;
+            if (p.out_bf16)
+                *(uint2 *)((uint16_t *)p.out + (size_t)dst * n + col) =
+                    make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+            else *(float4 *)(out + (size_t)dst * n + col) = v;
         }
     }
     __syncthreads(); /* the staging area is the next unit's ring */
@@ -406,7 +409,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
  * stages that runs across the column tiles, so the copies of tile ct + 1 are in flight
  * while tile ct finishes and its epilogue stores. Epilogue straight from the accumulators:
  * a warp's store writes 8 consecutive columns of 4 token rows (four full 32-byte sectors). */
-template <int NT>
+template <int NT, bool OBF16>
 static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsigned char *sm,
                                               int expert, int slot0, int ctile0, int nct)
 {
@@ -494,6 +497,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
             const int c0 = c_col;
             c_col += WG_BW;
             float *out = (float *)p.out;
+            uint16_t *outh = (uint16_t *)p.out;
 #pragma unroll
             for (int j = 0; j < NT / 8; j++) {
                 const int tok = 8 * j + 2 * t;
@@ -502,7 +506,9 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
                 for (int c = 0; c < 4; c++) {
                     const int dst = c & 1 ? dw.z : dw.x, col = c0 + (c & 2) * 4;
                     const float f = __int_as_float(c & 1 ? dw.w : dw.y);
-                    if (dst >= 0 && col < n) out[(size_t)dst * n + col] = acc[4 * j + c] * f;
+                    if (dst < 0 || col >= n) continue;
+                    if (OBF16) outh[(size_t)dst * n + col] = bf16_bits(acc[4 * j + c] * f);
+                    else out[(size_t)dst * n + col] = acc[4 * j + c] * f;
                 }
             }
         } else {
@@ -609,6 +615,7 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
  * 48 or 32 tokens (<= 32 in use: 32). A kernel of its own, and no 16-token or 128-token
  * body: with any of wg_tile's bodies, or wg_res<16>, in the same kernel ptxas runs short of
  * registers and serializes every wgmma of the kernel (C7511). */
+template <bool OBF16> /* p.out_bf16, as a constant: the epilogue sits inside the loop */
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 {
@@ -621,13 +628,13 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
     wg_unit(
         p, unit,
         [&](int e, int s, int) {
-            wg_res<64>(p, sm, e, s, ctile, nct);
-            wg_res<64>(p, sm, e, s + 1, ctile, nct);
+            wg_res<64, OBF16>(p, sm, e, s, ctile, nct);
+            wg_res<64, OBF16>(p, sm, e, s + 1, ctile, nct);
         },
         [&](int e, int s, int nt) {
-            if (nt > 48) wg_res<64>(p, sm, e, s, ctile, nct);
-            else if (nt > 32) wg_res<48>(p, sm, e, s, ctile, nct);
-            else wg_res<32>(p, sm, e, s, ctile, nct);
+            if (nt > 48) wg_res<64, OBF16>(p, sm, e, s, ctile, nct);
+            else if (nt > 32) wg_res<48, OBF16>(p, sm, e, s, ctile, nct);
+            else wg_res<32, OBF16>(p, sm, e, s, ctile, nct);
         });
 #else
     __trap();
@@ -654,10 +661,11 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
         (err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)) != cudaSuccess)
         return err;
     if (major != 9 || minor != 0) return cudaErrorInvalidDeviceFunction;
-    const void *kern[3] = {(const void *)fp4_sm90_wgmma_kernel<true>,
+    const void *kern[4] = {(const void *)fp4_sm90_wgmma_kernel<true>,
                            (const void *)fp4_sm90_wgmma_kernel<false>,
-                           (const void *)fp4_sm90_wgmma_res_kernel};
-    for (int i = 0; i < 3; i++) {
+                           (const void *)fp4_sm90_wgmma_res_kernel<false>,
+                           (const void *)fp4_sm90_wgmma_res_kernel<true>};
+    for (int i = 0; i < 4; i++) {
         cudaFuncAttributes fa;
         if ((err = cudaFuncGetAttributes(&fa, kern[i])) != cudaSuccess) return err;
         if (fa.binaryVersion != 90) return cudaErrorInvalidDeviceFunction; /* no sm_90a SASS */
@@ -694,7 +702,10 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)blocks);
     if (p->gated) fp4_sm90_wgmma_kernel<true><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
-    else if (res) fp4_sm90_wgmma_res_kernel<<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    else if (res && p->out_bf16)
+        fp4_sm90_wgmma_res_kernel<true><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    else if (res)
+        fp4_sm90_wgmma_res_kernel<false><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
     else fp4_sm90_wgmma_kernel<false><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
     return cudaGetLastError();
 }

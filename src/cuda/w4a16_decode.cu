@@ -409,13 +409,13 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                 const int col = WF == FP4_DEC_W_NVFP4 ? fp4_dec_pair_pos(i) : i;
                 float v = act_fn(p.act, p.limit, p.alpha, acc[r][nb][j] * gs_g,
                                  acc[r][nb][2 + j] * gs_u);
-                __nv_bfloat16 b = __float2bfloat16_rn(v);
-                out[(size_t)pr * n + col] = *(uint16_t *)&b;
+                out[(size_t)pr * n + col] = bf16_bits(v);
             }
         }
     } else {
         const float gs = wscale * (p.gscale ? p.gscale[expert] : 1.f);
         float *out = (float *)p.out;
+        uint16_t *outh = (uint16_t *)p.out;
 #pragma unroll
         for (int nb = 0; nb < NB; nb++)
 #pragma unroll
@@ -427,9 +427,14 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 if (!tok[r]) continue;
-                float *o = out + (size_t)dst * n + 16 * (tile0 + r) + g;
-                o[0] = acc[r][nb][j] * f;
-                o[8] = acc[r][nb][2 + j] * f;
+                const size_t o = (size_t)dst * n + 16 * (tile0 + r) + g;
+                if (p.out_bf16) {
+                    outh[o] = bf16_bits(acc[r][nb][j] * f);
+                    outh[o + 8] = bf16_bits(acc[r][nb][2 + j] * f);
+                } else {
+                    out[o] = acc[r][nb][j] * f;
+                    out[o + 8] = acc[r][nb][2 + j] * f;
+                }
             }
         }
     }

@@ -62,7 +62,9 @@ typedef struct fp4_dec_gemm_args {
     const uint8_t *ws;          /* NVFP4 block scales, packed words (src/gpu_pack.h) */
     const uint16_t *wb;         /* BF16 weights */
     const float *gscale;        /* per expert global scale(s): [E][2] gated, [E] plain; NULL 1 */
-    void *out;                  /* gated: bf16 [padded rows, n] (layout by wfmt); plain: fp32 */
+    void *out;                  /* gated: bf16 [padded rows, n] (layout by wfmt); plain: fp32,
+                                   or bf16 when out_bf16 */
+    int out_bf16;               /* plain: 1 writes bf16 (rounded to nearest even) */
     int tiles_per_warp;         /* m16 weight tiles per warp sharing one B fragment: 2 (NVFP4
                                    only; halves activation re-reads), else 1 */
     int tile_t;                 /* tokens per slot: 8 (0 means 8), or 16 / 32 (NVFP4 only: one

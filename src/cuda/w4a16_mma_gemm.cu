@@ -42,12 +42,6 @@ static __device__ __forceinline__ uint32_t e2m1_pair_scaled(uint32_t word, int p
     return bf16x2_mul(bf16x2_mul(e2m1_pair(word, p), 0x7e807e80u), scale2);
 }
 
-static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
 /* The whole tile; wfmt is a literal at each call site so each kernel is specialised. */
 static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p, const int wfmt)
 {
@@ -245,8 +239,11 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
                 for (int q = 0; q < 4; q++) {
                     int col = ntile * BW + (q >> 1) * 64 + warp * 16 + (q & 1) * 8 + t2;
                     if (col >= n) continue;
-                    float2 v = make_float2(acc[mt][q][2 * hr] * f, acc[mt][q][2 * hr + 1] * f);
-                    *(float2 *)(out + (size_t)dst * n + col) = v;
+                    const float v0 = acc[mt][q][2 * hr] * f, v1 = acc[mt][q][2 * hr + 1] * f;
+                    if (p.out_bf16)
+                        *(uint32_t *)((uint16_t *)p.out + (size_t)dst * n + col) =
+                            pack_bf16x2(v0, v1);
+                    else *(float2 *)(out + (size_t)dst * n + col) = make_float2(v0, v1);
                 }
             }
     }

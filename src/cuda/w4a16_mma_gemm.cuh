@@ -26,7 +26,8 @@ typedef enum fp4_mma_wfmt {
 typedef struct fp4_mma_gemm_args {
     int wfmt;                   /* fp4_mma_wfmt */
     int gated;                  /* 1: weight rows [0, n) gate and [n, 2n) up; output
-                                   act(gate, up) as bf16 [rows, n]. 0: fp32 [.., n] */
+                                   act(gate, up) as bf16 [rows, n]. 0: fp32 (or bf16,
+                                   out_bf16) [.., n] */
     int act;                    /* gated: 0 silu(g) * u, 1 swigluoai */
     float limit, alpha;         /* swigluoai clamp (0: none) and alpha */
     int n, k;                   /* output columns, reduction length */
@@ -46,7 +47,9 @@ typedef struct fp4_mma_gemm_args {
     const uint16_t *wb;         /* BF16 weights */
     const float *gscale;        /* NVFP4: per expert fp32 global scale(s), [E][2] (gate, up)
                                    when gated, [E] when plain. NULL: 1 */
-    void *out;                  /* gated: bf16 [.., n]; plain: fp32 [.., n] */
+    void *out;                  /* gated: bf16 [.., n]; plain: fp32 [.., n], or bf16 when
+                                   out_bf16 */
+    int out_bf16;               /* plain: 1 writes bf16 (rounded to nearest even) */
     int rows_per_expert;        /* average token rows per expert of the launch, 0: unknown
                                    (a hint: sm90-wgmma picks its FC2 variant by it) */
 } fp4_mma_gemm_args;
