@@ -30,13 +30,20 @@ fp4_moe_combine_kernel(const uint4 *__restrict__ pairs, long long n8, int k, int
             for (int j = 0; j < 8; j++) acc[j] = 0.f;
         }
         const uint4 *src = pairs + (t * k) * h8 + c;
-        for (int s = 0; s < k; s++) {
-            const uint4 v = src[(long long)s * h8];
-            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        for (int s0 = 0; s0 < k; s0 += 4) { /* four loads in flight, then their sums in order */
+            uint4 v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) { /* bf16 -> fp32: the bits in the high half */
-                acc[2 * j] += __uint_as_float(w[j] << 16);
-                acc[2 * j + 1] += __uint_as_float(w[j] & 0xffff0000u);
+            for (int u = 0; u < 4; u++)
+                if (s0 + u < k) v[u] = src[(long long)(s0 + u) * h8];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (s0 + u >= k) break;
+                const uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) { /* bf16 -> fp32: the bits in the high half */
+                    acc[2 * j] += __uint_as_float(w[j] << 16);
+                    acc[2 * j + 1] += __uint_as_float(w[j] & 0xffff0000u);
+                }
             }
         }
         y[2 * i] = make_float4(acc[0], acc[1], acc[2], acc[3]);
