@@ -408,7 +408,9 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
  * resident (nk K tiles of B, 48 KB at most); only weights stream, through a ring of W + S
  * stages that runs across the column tiles, so the copies of tile ct + 1 are in flight
  * while tile ct finishes and its epilogue stores. Epilogue straight from the accumulators:
- * a warp's store writes 8 consecutive columns of 4 token rows (four full 32-byte sectors). */
+ * a warp's store writes 8 consecutive fp32 columns of 4 token rows, or (OBF16) 16 bf16
+ * columns of 4 token rows, pairs of columns joined through one shuffle (four full 32-byte
+ * sectors either way). */
 template <int NT, bool OBF16>
 static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsigned char *sm,
                                               int expert, int slot0, int ctile0, int nct)
@@ -502,13 +504,31 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
             for (int j = 0; j < NT / 8; j++) {
                 const int tok = 8 * j + 2 * t;
                 const int4 dw = *(const int4 *)(sdst + tok); /* tokens tok, tok + 1 */
+                if (OBF16) {
+                    /* bf16 pairs of adjacent columns: lane ^ 4 holds column g ^ 1 of the same
+                     * tokens; an even g stores (g, g + 1), an odd g (g + 7, g + 8), so each
+                     * store writes whole 32-byte sectors (16 columns of 4 token rows) */
+                    const bool odd = g & 1;
+                    const float f0 = __int_as_float(dw.y), f1 = __int_as_float(dw.w);
+                    const float v0 = acc[4 * j] * f0, v1 = acc[4 * j + 1] * f1;
+                    const float v2 = acc[4 * j + 2] * f0, v3 = acc[4 * j + 3] * f1;
+                    const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 4);
+                    const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 4);
+                    const int col = odd ? c0 + 7 : c0; /* n % 64 == 0: both columns in or out */
+                    if (dw.x >= 0 && col < n)
+                        *(uint32_t *)(outh + (size_t)dw.x * n + col) =
+                            odd ? pack_bf16x2(r0, v2) : pack_bf16x2(v0, r0);
+                    if (dw.z >= 0 && col < n)
+                        *(uint32_t *)(outh + (size_t)dw.z * n + col) =
+                            odd ? pack_bf16x2(r1, v3) : pack_bf16x2(v1, r1);
+                } else {
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int dst = c & 1 ? dw.z : dw.x, col = c0 + (c & 2) * 4;
-                    const float f = __int_as_float(c & 1 ? dw.w : dw.y);
-                    if (dst < 0 || col >= n) continue;
-                    if (OBF16) outh[(size_t)dst * n + col] = bf16_bits(acc[4 * j + c] * f);
-                    else out[(size_t)dst * n + col] = acc[4 * j + c] * f;
+                    for (int c = 0; c < 4; c++) {
+                        const int dst = c & 1 ? dw.z : dw.x, col = c0 + (c & 2) * 4;
+                        const float f = __int_as_float(c & 1 ? dw.w : dw.y);
+                        if (dst < 0 || col >= n) continue;
+                        out[(size_t)dst * n + col] = acc[4 * j + c] * f;
+                    }
                 }
             }
         } else {
