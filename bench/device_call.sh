@@ -3,9 +3,8 @@
 #   OUT=... bash bench/device_call.sh STEPS
 # STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario), ab:LIST[:T] (A/B
 # of build-dev, or the build AB_NEW names, against build-base, or the build AB_BASE names, on
-# bench/problems_LIST.txt,
-# AB_PASSES default 3; T: the new
-# build runs with --dec-slot-tokens T), prof:LIST
+# bench/problems_LIST.txt, AB_PASSES default 3; T: the new build runs with
+# --dec-slot-tokens T), prof:LIST
 # (ncu per problem of bench/problems_LIST.txt, all kernels of w4a16-sm90, L2 and issue
 # metrics; PROF_KERNELS replaces the ncu kernel filter, PROF_BENCH_ARGS the bench flags),
 # stalls:LIST (ncu sections: warp state, pipes, scheduler, instructions, occupancy; the
