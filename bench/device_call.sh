@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call of a session (run from the repository root on the GPU machine):
 #   OUT=... bash bench/device_call.sh STEPS
-# STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario), ab:LIST[:T] (A/B
+# STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario), gpumoe (test_gpu_moe
+# of build-dev alone), ab:LIST[:T] (A/B
 # of build-dev, or the build AB_NEW names, against build-base, or the build AB_BASE names, on
 # bench/problems_LIST.txt, AB_PASSES default 3; T: the new build runs with
 # --dec-slot-tokens T), prof:LIST
@@ -18,6 +19,8 @@ for st in "${steps[@]}"; do
   echo "== $st $(date +%T)"
   case "$st" in
   tests) OUT="$R" bash bench/run_device.sh build-dev tests,scenario > "$R/run.log" 2>&1 ;;
+  gpumoe) (cd build-dev && LD_LIBRARY_PATH=. timeout 300 ./test_gpu_moe) > "$R/gpumoe.log" 2>&1
+    echo "test_gpu_moe rc=$? $(tail -n 1 "$R/gpumoe.log")" ;;
   ab:*) l="${st#ab:}"; t=""; case "$l" in *:*) t="${l#*:}"; l="${l%%:*}" ;; esac
     mkdir -p "$R/ab_$l$t"
     OUT="$R/ab_$l$t" AB_NEW_ARGS="${t:+--dec-slot-tokens $t}" AB_PASSES="${AB_PASSES:-3}" bash bench/ab_device.sh \

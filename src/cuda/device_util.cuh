@@ -39,6 +39,12 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
                  : "memory");
 }
 
+/* A 4-byte store to a global address held as an integer (a generic store otherwise). */
+static __device__ __forceinline__ void st_global_b32(unsigned long long addr, uint32_t v)
+{
+    asm volatile("st.global.b32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
+}
+
 static __device__ __forceinline__ void cp_async_commit(void)
 {
     asm volatile("cp.async.commit_group;\n" ::: "memory");

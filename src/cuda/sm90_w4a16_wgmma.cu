@@ -420,37 +420,47 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     constexpr int BB = NT * 128;                            /* B bytes per K tile */
     constexpr int BRES = WG_RES_K / WG_BK * BB;             /* resident B, 1 KB multiple */
     constexpr int STAGE = WG_W_BYTES + WG_S_BYTES;          /* W + S of one K tile */
-    constexpr int NST = (WG_RING - BRES - NT * 8) / STAGE;  /* 7 (NT 64), 10 (48), 13 (32) */
+    constexpr int NST = (WG_RING - BRES - NT * 12) / STAGE; /* 7 (NT 64), 10 (48), 13 (32) */
+    constexpr int OSZ = OBF16 ? 2 : 4;                      /* bytes per output value */
     static_assert(NST >= 3, "ring too short");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
     const int k = p.k, n = p.n, nk = k / WG_BK, steps = nct * nk;
     const int prow0 = slot0 * 64;
     const uint32_t sbase = smem_u32(sm), rbase = sbase + BRES;
-    int2 *sdst = (int2 *)(sm + BRES + NST * STAGE); /* (output row, multiplier) per token */
+    /* per token: the address of its output row (0: none) and its multiplier */
+    unsigned long long *srow = (unsigned long long *)(sm + BRES + NST * STAGE);
+    float *swt = (float *)(srow + NT);
 
     if (tid < NT) {
         int prow = prow0 + tid;
         int dst = wg_out_row(p, prow);
         float w = (p.row_w ? p.row_w[prow] : 1.f) * 128.f * (p.gscale ? p.gscale[expert] : 1.f);
-        sdst[tid] = make_int2(dst, __float_as_int(w)); /* 128: undo 2^-7 */
+        srow[tid] = dst >= 0 ? (unsigned long long)((char *)p.out + (size_t)dst * n * OSZ) : 0ull;
+        swt[tid] = w; /* 128: undo 2^-7 */
     }
-    /* W: row tid >> 1 (of the column tile), half tid & 1. S: row tid (threads < 128). */
+    /* W: row tid >> 1 (of the column tile), half tid & 1. S: row tid (threads < 128). The next
+     * copy's sources advance by one K tile per step; aim() points them at K tile 0 of column
+     * tile ct (rows past n: row 0 and no bytes). */
     const uint8_t *w_base = p.wq + (size_t)expert * n * (k / 2) + (tid & 1) * 16;
     const uint8_t *s_base = p.ws + (size_t)expert * n * (k / 16);
-    /* the next copy: its K tile, this thread's weight row and scale row */
-    int l_kt = 0, l_row = ctile0 * WG_BW + (tid >> 1), l_srow = ctile0 * WG_BW + tid;
-    auto load_next = [&](int st) { /* the next step's weights (steps in order) into stage st */
-        const uint32_t base = rbase + st * STAGE;
-        cp_async16(base + tid * 16,
-                   w_base + (size_t)(l_row < n ? l_row : 0) * (k / 2) + l_kt * (WG_BK / 2),
-                   l_row < n ? 16 : 0);
-        if (tid < WG_BW)
-            cp_async4(base + WG_W_BYTES + tid * 4,
-                      s_base + (size_t)(l_srow < n ? l_srow : 0) * (k / 16) + l_kt * (WG_BK / 16),
-                      l_srow < n ? 4 : 0);
-        if (++l_kt == nk) l_kt = 0, l_row += WG_BW, l_srow += WG_BW;
+    const uint8_t *w_src, *s_src;
+    int w_bytes, s_bytes, l_kt = 0, l_ct = ctile0;
+    auto aim = [&](int ct) {
+        const int wr = ct * WG_BW + (tid >> 1), sr = ct * WG_BW + tid;
+        w_bytes = wr < n ? 16 : 0;
+        s_bytes = sr < n ? 4 : 0;
+        w_src = w_base + (size_t)(wr < n ? wr : 0) * (k / 2);
+        s_src = s_base + (size_t)(sr < n ? sr : 0) * (k / 16);
     };
+    aim(l_ct);
+    auto load_next = [&](uint32_t off) { /* the next step's weights into the stage at off */
+        cp_async16(rbase + off + tid * 16, w_src, w_bytes);
+        if (tid < WG_BW) cp_async4(rbase + off + WG_W_BYTES + tid * 4, s_src, s_bytes);
+        if (++l_kt == nk) l_kt = 0, aim(++l_ct);
+        else w_src += WG_BK / 2, s_src += WG_BK / 16;
+    };
+    auto next_stage = [](uint32_t off) { return off + STAGE == NST * STAGE ? 0u : off + STAGE; };
     /* The token tile, every K tile, with the first weight stage (B chunk c = tid + 256 i: row
      * c >> 3, 16-byte part c & 7, 128-byte swizzle as in wg_tile). */
 #pragma unroll
@@ -464,7 +474,6 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
             cp_async16(b_dst + kt * BB, b_src + kt * WG_BK, src >= 0 ? 16 : 0);
     }
     const int rg = 64 * wg + 16 * wq + g;
-    auto codes = [&](int st) { return wg_load_codes(sm + BRES + st * STAGE, rg, t); };
 
     float acc[NT / 2]; /* each column tile's first wgmma starts it (acc_in 0) */
 #pragma unroll
@@ -472,18 +481,19 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     uint32_t abuf0[4][4], abuf1[4][4];
 #pragma unroll
     for (int st = 0; st < NST - 1; st++) {
-        if (st < steps) load_next(st);
+        if (st < steps) load_next(st * STAGE);
         cp_async_commit();
     }
     cp_async_wait<NST - 2>();
     fence_proxy_async();
     __syncthreads();
-    wg_dequant(codes(0), abuf0);
+    wg_dequant(wg_load_codes(sm + BRES, rg, t), abuf0);
 
     /* Step s (column tile ctile0 + s / nk, K tile s % nk): as wg_tile's step, with B at K
      * tile kt of the resident copy; the last K tile of a column tile retires its wgmmas and
      * stores before the next tile's first. */
     int c_kt = 0, c_col = ctile0 * WG_BW + rg; /* this step's K tile, the warp's column */
+    uint32_t o_rd = STAGE, o_wr = (NST - 1) * STAGE; /* stages of steps s + 1, s + NST - 1 */
     auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
         const int kt = c_kt;
         c_kt = kt + 1 == nk ? 0 : kt + 1;
@@ -496,39 +506,36 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         if (kt == nk - 1) {
             wgmma_wait<0>();
             wg_fence_acc<NT / 2>(acc);
-            const int c0 = c_col;
+            /* OBF16: bf16 pairs of adjacent columns: lane ^ 4 holds column g ^ 1 of the same
+             * tokens; an even g stores (g, g + 1), an odd g (g + 7, g + 8), so each store
+             * writes whole 32-byte sectors (16 columns of 4 token rows). n % 64 == 0: both
+             * columns of a pair, and all 8 of a float store's rows, are in or out together. */
+            const bool odd = g & 1;
+            const int col = OBF16 && odd ? c_col + 7 : c_col;
+            const bool col_in = col < n;
+            const uint32_t cb = (uint32_t)col * OSZ;
             c_col += WG_BW;
-            float *out = (float *)p.out;
-            uint16_t *outh = (uint16_t *)p.out;
 #pragma unroll
             for (int j = 0; j < NT / 8; j++) {
                 const int tok = 8 * j + 2 * t;
-                const int4 dw = *(const int4 *)(sdst + tok); /* tokens tok, tok + 1 */
+                const ulonglong2 rp = *(const ulonglong2 *)(srow + tok); /* tokens tok, tok + 1 */
+                const float2 f = *(const float2 *)(swt + tok);
+                const float v0 = acc[4 * j] * f.x, v1 = acc[4 * j + 1] * f.y;
+                const float v2 = acc[4 * j + 2] * f.x, v3 = acc[4 * j + 3] * f.y;
                 if (OBF16) {
-                    /* bf16 pairs of adjacent columns: lane ^ 4 holds column g ^ 1 of the same
-                     * tokens; an even g stores (g, g + 1), an odd g (g + 7, g + 8), so each
-                     * store writes whole 32-byte sectors (16 columns of 4 token rows) */
-                    const bool odd = g & 1;
-                    const float f0 = __int_as_float(dw.y), f1 = __int_as_float(dw.w);
-                    const float v0 = acc[4 * j] * f0, v1 = acc[4 * j + 1] * f1;
-                    const float v2 = acc[4 * j + 2] * f0, v3 = acc[4 * j + 3] * f1;
                     const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 4);
                     const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 4);
-                    const int col = odd ? c0 + 7 : c0; /* n % 64 == 0: both columns in or out */
-                    if (dw.x >= 0 && col < n)
-                        *(uint32_t *)(outh + (size_t)dw.x * n + col) =
-                            odd ? pack_bf16x2(r0, v2) : pack_bf16x2(v0, r0);
-                    if (dw.z >= 0 && col < n)
-                        *(uint32_t *)(outh + (size_t)dw.z * n + col) =
-                            odd ? pack_bf16x2(r1, v3) : pack_bf16x2(v1, r1);
-                } else {
-#pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int dst = c & 1 ? dw.z : dw.x, col = c0 + (c & 2) * 4;
-                        const float f = __int_as_float(c & 1 ? dw.w : dw.y);
-                        if (dst < 0 || col >= n) continue;
-                        out[(size_t)dst * n + col] = acc[4 * j + c] * f;
-                    }
+                    if (rp.x && col_in)
+                        st_global_b32(rp.x + cb, odd ? pack_bf16x2(r0, v2) : pack_bf16x2(v0, r0));
+                    if (rp.y && col_in)
+                        st_global_b32(rp.y + cb, odd ? pack_bf16x2(r1, v3) : pack_bf16x2(v1, r1));
+                } else if (col_in) {
+                    if (rp.x)
+                        st_global_b32(rp.x + cb, __float_as_uint(v0)),
+                            st_global_b32(rp.x + cb + 32, __float_as_uint(v2));
+                    if (rp.y)
+                        st_global_b32(rp.y + cb, __float_as_uint(v1)),
+                            st_global_b32(rp.y + cb + 32, __float_as_uint(v3));
                 }
             }
         } else {
@@ -538,9 +545,10 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         cp_async_wait<NST - 3>();
         __syncthreads();
         wg_codes c1; /* read before the copies are issued: their latency hides behind them */
-        if (s + 1 < steps) c1 = codes((s + 1) % NST);
-        if (s + NST - 1 < steps) load_next((s + NST - 1) % NST);
+        if (s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_rd, rg, t);
+        if (s + NST - 1 < steps) load_next(o_wr);
         cp_async_commit();
+        o_rd = next_stage(o_rd), o_wr = next_stage(o_wr);
         if (s + 1 < steps) wg_dequant(c1, nxt);
     };
     for (int s = 0; s < steps; s += 2) {
