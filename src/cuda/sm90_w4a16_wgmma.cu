@@ -235,7 +235,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     const int prow0 = slot0 * 64;
     const uint32_t sbase = smem_u32(sm);
 
-    /* Copy plan. B: chunk c = tid + 256 i is token row c >> 3, 16-byte part c & 7. */
+    /* Copy plan. B: chunk c = tid + 256 i is token row c >> 3, 16-byte part c & 7. The
+     * sources point at the next K tile to copy (the ring is filled in K order). */
     const uint16_t *b_src[BCH];
     uint32_t b_dst[BCH];
     int b_bytes[BCH];
@@ -268,19 +269,24 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             s_src = p.ws + ((size_t)expert * n_wrows + (sr >= 0 ? sr : 0)) * (k / 16);
         }
     }
-    auto load_stage = [&](int st, int kt) {
-        uint32_t base = sbase + st * STAGE;
+    auto load_stage = [&](uint32_t off) { /* the next K tile into the stage at byte offset off */
+        const uint32_t base = sbase + off;
 #pragma unroll
         for (int i = 0; i < BCH; i++)
-            if (BALL || tid + WG_THREADS * i < NT * 8)
-                cp_async16(base + b_dst[i], b_src[i] + kt * WG_BK, b_bytes[i]);
-        cp_async16(base + BB + tid * 16, w_src + kt * (WG_BK / 2), w_bytes);
-        if (tid < WG_BW)
-            cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src + kt * (WG_BK / 16), s_bytes);
+            if (BALL || tid + WG_THREADS * i < NT * 8) {
+                cp_async16(base + b_dst[i], b_src[i], b_bytes[i]);
+                b_src[i] += WG_BK;
+            }
+        cp_async16(base + BB + tid * 16, w_src, w_bytes);
+        w_src += WG_BK / 2;
+        if (tid < WG_BW) {
+            cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src, s_bytes);
+            s_src += WG_BK / 16;
+        }
     };
 
     const int rg = 64 * wg + 16 * wq + g; /* the warp's first weight row */
-    auto codes = [&](int st) { return wg_load_codes(sm + st * STAGE + BB, rg, t); };
+    auto codes = [&](uint32_t off) { return wg_load_codes(sm + off + BB, rg, t); };
 
     float acc[NT / 2];
 #pragma unroll
@@ -298,7 +304,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     constexpr int PRE = NST - 1 - PUB;    /* stages loaded before the loop, after stage 0 */
 #pragma unroll
     for (int s = 0; s <= PRE; s++) {
-        if (s < nk) load_stage(s, s);
+        if (s < nk) load_stage(s * STAGE);
         cp_async_commit();
     }
     cp_async_wait<PRE>();
@@ -311,10 +317,12 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
      * barrier, before the copies are issued. With 80 tokens or more (64 accumulators and
      * more) the live codes would spill: there they are read after the copies. */
     constexpr bool EARLY = NT <= 64;
+    uint32_t o_cur = 0; /* byte offset of tile kt's stage */
     auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish) {
+        const uint32_t o_nxt = o_cur + STAGE == NST * STAGE ? 0u : o_cur + STAGE;
         wg_codes c1;
-        if (!publish && kt + 1 < nk) c1 = codes((kt + 1) % NST);
-        const uint64_t desc = wg_desc(sbase + (kt % NST) * STAGE);
+        if (!publish && kt + 1 < nk) c1 = codes(o_nxt);
+        const uint64_t desc = wg_desc(sbase + o_cur);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, 1);
@@ -325,16 +333,18 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             cp_async_wait<PRE - PUB>();
             fence_proxy_async();
             __syncthreads();
-            if (EARLY && kt + 1 < nk) c1 = codes((kt + 1) % NST);
+            if (EARLY && kt + 1 < nk) c1 = codes(o_nxt);
 #pragma unroll
             for (int i = 0; i < PUB; i++) {
                 const int ks = kt + NST - PUB + i; /* into the stage of kt - PUB + i */
-                if (ks < nk) load_stage(ks % NST, ks);
+                const int o = (int)o_cur - (PUB - i) * STAGE;
+                if (ks < nk) load_stage(o < 0 ? o + NST * STAGE : o);
                 cp_async_commit();
             }
         }
-        if (!EARLY && publish && kt + 1 < nk) c1 = codes((kt + 1) % NST);
+        if (!EARLY && publish && kt + 1 < nk) c1 = codes(o_nxt);
         if (kt + 1 < nk) wg_dequant(c1, nxt);
+        o_cur = o_nxt;
     };
     for (int kt = 0; kt < nk; kt += 2) {
         step(kt, abuf0, abuf1, true);
