@@ -55,6 +55,8 @@
 #define WG_RES_K 384                   /* plain, k <= this and at most WG_RES_ROWS rows per */
 #define WG_RES_ROWS 48                 /* expert: token tile resident (wg_res), */
 #define WG_RES_COLS 4                  /* 4 column tiles of 128 per CTA */
+#define WG_RES_SMALL 24                /* up to this many rows per expert: the kernel with
+                                          16- and 24-token bodies too */
 
 #ifdef FP4_WG_SM90
 
@@ -430,7 +432,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     constexpr int BB = NT * 128;                            /* B bytes per K tile */
     constexpr int BRES = WG_RES_K / WG_BK * BB;             /* resident B, 1 KB multiple */
     constexpr int STAGE = WG_W_BYTES + WG_S_BYTES;          /* W + S of one K tile */
-    constexpr int NST = (WG_RING - BRES - NT * 12) / STAGE; /* 7 (NT 64), 10 (48), 13 (32) */
+    constexpr int NST = (WG_RING - BRES - NT * 12) / STAGE; /* 7 (NT 64) .. 15 (16) */
     constexpr int OSZ = OBF16 ? 2 : 4;                      /* bytes per output value */
     static_assert(NST >= 3, "ring too short");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
@@ -650,10 +652,13 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 /* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS. Grid: units x groups
  * of WG_RES_COLS column tiles, group fastest. Every slot runs its group as one wg_res unit
  * (token tile resident), a pair as two (its weights dequantized twice). A slot runs as 64,
- * 48 or 32 tokens (<= 32 in use: 32). A kernel of its own, and no 16-token or 128-token
- * body: with any of wg_tile's bodies, or wg_res<16>, in the same kernel ptxas runs short of
- * registers and serializes every wgmma of the kernel (C7511). */
-template <bool OBF16> /* p.out_bf16, as a constant: the epilogue sits inside the loop */
+ * 48 or 32 tokens (<= 32 in use: 32), and with SMALL (up to WG_RES_SMALL rows per expert)
+ * also as 24 or 16 (the rows in use rounded up as in wg_unit). The 16 / 24 bodies gain 1-2.5%
+ * at 14-20 rows per expert but cost 0.5-1.5% at 32-48 when in the kernel (A/B of
+ * 2026-11-30), hence two kernels. A kernel of its own, and no 128-token body: with wg_tile's
+ * bodies in the same kernel ptxas ran short of registers and serialized every wgmma of the
+ * kernel (C7511; wg_res<16> did too before the copy sources and output rows were staged). */
+template <bool OBF16, bool SMALL> /* OBF16: p.out_bf16 as a constant (epilogue in the loop) */
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 {
@@ -672,7 +677,9 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
         [&](int e, int s, int nt) {
             if (nt > 48) wg_res<64, OBF16>(p, sm, e, s, ctile, nct);
             else if (nt > 32) wg_res<48, OBF16>(p, sm, e, s, ctile, nct);
-            else wg_res<32, OBF16>(p, sm, e, s, ctile, nct);
+            else if (!SMALL || nt > 24) wg_res<32, OBF16>(p, sm, e, s, ctile, nct);
+            else if (nt > 16) wg_res<24, OBF16>(p, sm, e, s, ctile, nct);
+            else wg_res<16, OBF16>(p, sm, e, s, ctile, nct);
         });
 #else
     __trap();
@@ -699,11 +706,13 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
         (err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)) != cudaSuccess)
         return err;
     if (major != 9 || minor != 0) return cudaErrorInvalidDeviceFunction;
-    const void *kern[4] = {(const void *)fp4_sm90_wgmma_kernel<true>,
+    const void *kern[6] = {(const void *)fp4_sm90_wgmma_kernel<true>,
                            (const void *)fp4_sm90_wgmma_kernel<false>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<false>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<true>};
-    for (int i = 0; i < 4; i++) {
+                           (const void *)fp4_sm90_wgmma_res_kernel<false, false>,
+                           (const void *)fp4_sm90_wgmma_res_kernel<true, false>,
+                           (const void *)fp4_sm90_wgmma_res_kernel<false, true>,
+                           (const void *)fp4_sm90_wgmma_res_kernel<true, true>};
+    for (int i = 0; i < 6; i++) {
         cudaFuncAttributes fa;
         if ((err = cudaFuncGetAttributes(&fa, kern[i])) != cudaSuccess) return err;
         if (fa.binaryVersion != 90) return cudaErrorInvalidDeviceFunction; /* no sm_90a SASS */
@@ -739,11 +748,16 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     long long blocks = ((long long)p->n_tiles_m + 1) / 2 * groups;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)blocks);
-    if (p->gated) fp4_sm90_wgmma_kernel<true><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
-    else if (res && p->out_bf16)
-        fp4_sm90_wgmma_res_kernel<true><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+    const void *kern = (const void *)fp4_sm90_wgmma_kernel<false>;
+    if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true>;
+    else if (res && p->rows_per_expert <= WG_RES_SMALL)
+        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, true>
+                           : (const void *)fp4_sm90_wgmma_res_kernel<false, true>;
     else if (res)
-        fp4_sm90_wgmma_res_kernel<false><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
-    else fp4_sm90_wgmma_kernel<false><<<grid, WG_THREADS, WG_SMEM, stream>>>(*p, (int)ny);
+        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false>
+                           : (const void *)fp4_sm90_wgmma_res_kernel<false, false>;
+    int nyi = (int)ny;
+    void *args[2] = {(void *)p, &nyi};
+    return cudaLaunchKernel(kern, grid, dim3(WG_THREADS), args, WG_SMEM, stream);
     return cudaGetLastError();
 }

@@ -264,11 +264,14 @@ static int N_KERNELS = (int)(sizeof kernels / sizeof kernels[0]);
 /* Coverage of sm90-wgmma's token widths (wg_unit in src/cuda/sm90_w4a16_wgmma.cu): the
  * routed experts' 64-row slots, in pairs (fp4_moe_group align 2), select a width by the rows
  * in use; counted here from the GPU's top-k ids of every sm90-wgmma case, for FC1 (always the
- * one-tile kernel) and FC2 where it runs the one-tile kernel too (more than 48 rows per
- * expert on average, or I > 384). The suite fails if an FC1 width is never selected. */
+ * one-tile kernel) and FC2, which runs the one-tile kernel too with more than 48 rows per
+ * expert on average or I > 384, else the resident kernel (a slot alone as 32 .. 64 tokens,
+ * or 16 / 24 too up to 24 rows per expert on average; a pair as two of 64). The suite fails if an FC1 width or a resident FC2 width is never
+ * selected. */
 static const int wg_widths[] = {16, 24, 32, 48, 64, 80, 96, 128};
 #define N_WG_WIDTHS ((int)(sizeof wg_widths / sizeof wg_widths[0]))
-static int wg_seen[2][N_WG_WIDTHS]; /* [FC1, FC2][width] */
+#define N_WG_RES_WIDTHS 5 /* the resident FC2's: 16 .. 64 */
+static int wg_seen[3][N_WG_WIDTHS]; /* [FC1, FC2 one-tile, FC2 resident][width] */
 
 static int wg_width(int first, int second)
 {
@@ -281,13 +284,18 @@ static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter)
     int *cnt = calloc((size_t)n_experts, sizeof(int));
     for (long long i = 0; i < (long long)m * k; i++)
         if (ids[i] >= 0 && ids[i] < n_experts) cnt[ids[i]]++;
-    const int fc2_tile = inter > 384 || ((long long)m * k + n_experts - 1) / n_experts > 48;
+    const long long per_expert = ((long long)m * k + n_experts - 1) / n_experts;
+    const int fc2_tile = inter > 384 || per_expert > 48, fc2_small = per_expert <= 24;
     for (int e = 0; e < n_experts; e++)
         for (int r = 0; r < cnt[e]; r += 128) {
             const int left = cnt[e] - r, first = left < 64 ? left : 64;
             const int w = wg_width(first, left - first);
             for (int i = 0; i < N_WG_WIDTHS; i++)
                 if (wg_widths[i] == w) wg_seen[0][i]++, wg_seen[1][i] += fc2_tile;
+            if (!fc2_tile && left > first) wg_seen[2][4] += 2; /* a pair: two units of 64 */
+            else if (!fc2_tile) /* 16 and 24 only in the kernel for <= 24 rows per expert */
+                for (int i = 0; i < N_WG_RES_WIDTHS; i++)
+                    wg_seen[2][i] += wg_widths[i] == (!fc2_small && w < 32 ? 32 : w);
         }
     free(cnt);
 }
@@ -745,16 +753,18 @@ int main(void)
     run_reject_case();
     if (N_KERNELS == (int)(sizeof kernels / sizeof kernels[0]) && !is_profile) {
         int missing = 0;
-        for (int f = 0; f < 2; f++) {
-            printf("sm90-wgmma %s token widths (expert tiles):", f ? "FC2 one-tile" : "FC1");
-            for (int i = 0; i < N_WG_WIDTHS; i++) {
+        static const char *what[3] = {"FC1", "FC2 one-tile", "FC2 resident"};
+        for (int f = 0; f < 3; f++) {
+            printf("sm90-wgmma %s token widths (expert tiles):", what[f]);
+            for (int i = 0; i < (f == 2 ? N_WG_RES_WIDTHS : N_WG_WIDTHS); i++) {
                 printf(" n%d x%d", wg_widths[i], wg_seen[f][i]);
-                missing += !f && !wg_seen[f][i] && !is_small; /* small: a few M only */
+                missing += f != 1 && !wg_seen[f][i] && !is_small; /* small: a few M only */
             }
             printf("\n");
         }
         if (missing) {
-            printf("FAIL sm90-wgmma coverage: %d FC1 token widths never selected\n", missing);
+            printf("FAIL sm90-wgmma coverage: %d FC1 / resident FC2 token widths never selected\n",
+                   missing);
             n_fail++;
         }
     }
