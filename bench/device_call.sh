@@ -2,7 +2,7 @@
 # One device call of a session (run from the repository root on the GPU machine):
 #   OUT=... bash bench/device_call.sh STEPS
 # STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario), gpumoe (test_gpu_moe
-# of build-dev alone), ab:LIST[:T] (A/B
+# of build-dev alone), sanitize (its small cases under memcheck and racecheck), ab:LIST[:T] (A/B
 # of build-dev, or the build AB_NEW names, against build-base, or the build AB_BASE names, on
 # bench/problems_LIST.txt, AB_PASSES default 3; T: the new build runs with
 # --dec-slot-tokens T), prof:LIST
@@ -21,6 +21,11 @@ for st in "${steps[@]}"; do
   tests) OUT="$R" bash bench/run_device.sh build-dev tests,scenario > "$R/run.log" 2>&1 ;;
   gpumoe) (cd build-dev && LD_LIBRARY_PATH=. timeout 300 ./test_gpu_moe) > "$R/gpumoe.log" 2>&1
     echo "test_gpu_moe rc=$? $(tail -n 1 "$R/gpumoe.log")" ;;
+  sanitize) for tool in memcheck racecheck; do
+      (cd build-dev && LD_LIBRARY_PATH=. FP4MOE_GPU_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool \
+        --error-exitcode 9 ./test_gpu_moe) > "$R/$tool.log" 2>&1
+      echo "$tool rc=$? $(tail -n 1 "$R/$tool.log")"
+    done ;;
   ab:*) l="${st#ab:}"; t=""; case "$l" in *:*) t="${l#*:}"; l="${l%%:*}" ;; esac
     mkdir -p "$R/ab_$l$t"
     OUT="$R/ab_$l$t" AB_NEW_ARGS="${t:+--dec-slot-tokens $t}" AB_PASSES="${AB_PASSES:-3}" bash bench/ab_device.sh \

@@ -29,7 +29,7 @@
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
  * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared
  * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
- * fp32 rows staged in shared memory, 16-byte stores (8-byte of bf16 with out_bf16).
+ * fp32 rows staged in shared memory (with out_bf16 bf16 rows, already scaled), 16-byte stores.
  * Limits: NVFP4 weights only; k % 64 == 0, n % 64 == 0 (plain: a last half tile of 64
  * columns is masked); a and out 16-byte aligned.
  * Built for sm_90a; in other targets the kernel body traps and the launcher refuses (init).
@@ -380,6 +380,36 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
                 *(uint4 *)(out + (size_t)prow * n + ctile * 64 + j * 8) =
                     *(const uint4 *)(so + r * 72 + j * 8);
         }
+    } else if (p.out_bf16) {
+        /* bf16 rows, each value times its token's multiplier first (rounded once, as the
+         * fp32 path's store): staged [NT][136], a warp stores two rows of 256 bytes per
+         * iteration in 16-byte pieces. */
+        __nv_bfloat16 *so = (__nv_bfloat16 *)sm;
+        int *sdst = (int *)(sm + NT * 136 * 2); /* past the staging rows, inside the ring */
+        float *sf = (float *)(sdst + NT);
+        if (tid < NT) {
+            sdst[tid] = my_dst;
+            sf[tid] = my_w * 128.f * (p.gscale ? p.gscale[expert] : 1.f); /* undo 2^-7 */
+        }
+        __syncthreads();
+        const int c = 64 * wg + 16 * wq + g;
+#pragma unroll
+        for (int j = 0; j < NT / 8; j++) {
+            int tok = 8 * j + 2 * t;
+            const float f0 = sf[tok], f1 = sf[tok + 1];
+            so[tok * 136 + c] = __float2bfloat16_rn(acc[4 * j] * f0);
+            so[(tok + 1) * 136 + c] = __float2bfloat16_rn(acc[4 * j + 1] * f1);
+            so[tok * 136 + c + 8] = __float2bfloat16_rn(acc[4 * j + 2] * f0);
+            so[(tok + 1) * 136 + c + 8] = __float2bfloat16_rn(acc[4 * j + 3] * f1);
+        }
+        __syncthreads();
+        const int col = ctile * WG_BW + 8 * (lane & 15);
+        for (int r = 2 * (tid >> 5) + (lane >> 4); r < NT; r += WG_THREADS / 16) {
+            int dst = sdst[r];
+            if (dst < 0 || col >= n) continue;
+            *(uint4 *)((uint16_t *)p.out + (size_t)dst * n + col) =
+                *(const uint4 *)(so + r * 136 + 8 * (lane & 15));
+        }
     } else {
         float *so = (float *)sm; /* [NT][132] */
         const int c = 64 * wg + 16 * wq + g;
@@ -406,10 +436,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             float f = sf[r];
             float4 v = *(const float4 *)(so + r * 132 + 4 * lane);
             v.x *= f, v.y *= f, v.z *= f, v.w *= f;
-            if (p.out_bf16)
-                *(uint2 *)((uint16_t *)p.out + (size_t)dst * n + col) =
-                    make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
-            else *(float4 *)(out + (size_t)dst * n + col) = v;
+            *(float4 *)(out + (size_t)dst * n + col) = v;
         }
     }
     __syncthreads(); /* the staging area is the next unit's ring */
