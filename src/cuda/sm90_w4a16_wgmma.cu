@@ -547,8 +547,9 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
             wg_fence_acc<NT / 2>(acc);
             /* OBF16: bf16 pairs of adjacent columns: lane ^ 4 holds column g ^ 1 of the same
              * tokens; an even g stores (g, g + 1), an odd g (g + 7, g + 8), so each store
-             * writes whole 32-byte sectors (16 columns of 4 token rows). n % 64 == 0: both
-             * columns of a pair, and all 8 of a float store's rows, are in or out together. */
+             * writes whole 32-byte sectors (16 columns of 4 token rows). n % 64 == 0: the
+             * columns a lane stores (col and col + 1, or col and col + 8) are in or out
+             * together. */
             const bool odd = g & 1;
             const int col = OBF16 && odd ? c_col + 7 : c_col;
             const bool col_in = col < n;
