@@ -21,11 +21,8 @@ for st in "${steps[@]}"; do
   tests) OUT="$R" bash bench/run_device.sh build-dev tests,scenario > "$R/run.log" 2>&1 ;;
   gpumoe) (cd build-dev && LD_LIBRARY_PATH=. timeout 300 ./test_gpu_moe) > "$R/gpumoe.log" 2>&1
     echo "test_gpu_moe rc=$? $(tail -n 1 "$R/gpumoe.log")" ;;
-  sanitize) for tool in memcheck racecheck; do
-      (cd build-dev && LD_LIBRARY_PATH=. FP4MOE_GPU_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool \
-        --error-exitcode 9 ./test_gpu_moe) > "$R/$tool.log" 2>&1
-      echo "$tool rc=$? $(tail -n 1 "$R/$tool.log")"
-    done ;;
+  sanitize) OUT="$R" bash bench/run_device.sh build-dev sanitize > "$R/sanitize.log" 2>&1
+    grep -E '^(memcheck|racecheck):' "$R/sanitize.log" ;;
   ab:*) l="${st#ab:}"; t=""; case "$l" in *:*) t="${l#*:}"; l="${l%%:*}" ;; esac
     mkdir -p "$R/ab_$l$t"
     OUT="$R/ab_$l$t" AB_NEW_ARGS="${t:+--dec-slot-tokens $t}" AB_PASSES="${AB_PASSES:-3}" bash bench/ab_device.sh \

@@ -2,7 +2,8 @@
 # The GPU check and benchmark of fp4moe, with logs under $OUT.
 #   bench/run_device.sh BUILD_DIR [STEPS]     STEPS: comma list of tests,scenario,bench,peer
 #                                             (default: all; a 10-minute call fits about
-#                                             tests,scenario,bench, and peer in a second call)
+#                                             tests,scenario,bench, and peer in a second call),
+#                                             or sanitize (the sanitizer part of tests alone)
 # BUILD_DIR holds binaries built on the development machine (scripts/build.sh) plus
 # libcjson.so.1 (copied there, since the device image lacks it). Steps:
 #   1. every C test binary and the Python cross-checks (GPU tests run for real here);
@@ -48,7 +49,7 @@ cat /tmp/fp4moe-pytest.log >> "$TL"
 tail -n 3 /tmp/fp4moe-pytest.log
 
 fi
-if want tests; then
+if want tests || want sanitize; then
 step "compute-sanitizer memcheck and racecheck (small cases)"
 if command -v compute-sanitizer >/dev/null; then
   echo "==== compute-sanitizer memcheck" >> "$TL"
