@@ -3,7 +3,8 @@
 # throughput per kernel; nsys, when present: the graph-replay timeline summary).
 #   bench/profile_device.sh BUILD_DIR [PROBLEMS_FILE]     logs: $OUT/profile_*.txt
 # Optional environment: NCU_METRICS (comma list, replaces the default set), NCU_KERNELS
-# (ncu -k filter, default regex:fp4_), NCU_COUNT (ncu -c: kernels profiled), BENCH_ARGS
+# (ncu -k filter, default regex:fp4_), NCU_COUNT (ncu -c: kernels profiled), NCU_EXTRA (more ncu
+# flags, e.g. --clock-control none for boost-clock durations), BENCH_ARGS
 # (extra `fp4moe bench` flags, e.g. --all-kernels), NSYS=0 (skip the nsys pass).
 set -uo pipefail
 B="$(cd "$1" && pwd)"
@@ -19,7 +20,7 @@ fi
 if command -v ncu > /dev/null; then
   M="${NCU_METRICS:-gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size}"
   # shellcheck disable=SC2086
-  timeout 300 ncu -k "${NCU_KERNELS:-regex:fp4_}" ${NCU_COUNT:+-c "$NCU_COUNT"} --csv --metrics "$M" \
+  timeout 300 ncu -k "${NCU_KERNELS:-regex:fp4_}" ${NCU_COUNT:+-c "$NCU_COUNT"} ${NCU_EXTRA:-} --csv --metrics "$M" \
     "$B/fp4moe" bench --problems "$P" --reps 3 ${BENCH_ARGS:-} > "$OUT/profile_ncu.csv" 2> "$OUT/profile_ncu.err"
   echo "ncu rc=$? ($(wc -l < "$OUT/profile_ncu.csv") lines)"
 else

@@ -167,30 +167,28 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         const uint32_t sdst = (uint32_t)__cvta_generic_to_shared(&sring[warp][0][sr]);
         constexpr uint32_t WSTAGE = RR * 32, SSTAGE = RR * 4; /* bytes per ring stage */
         const int ng = gb1 - gb0;
-        /* Copy sources advance by one group per issue; the stage by a wrapping counter. */
+        /* Copy sources of the pass's first group (advanced by UN groups per pass, so that a
+         * copy's offset from them is a constant). */
         const uint8_t *cwp[RT];
 #pragma unroll
         for (int j = 0; j < RT; j++) cwp[j] = cw[j] + 32 * gb0;
         const uint8_t *csp = cs + 4 * gb0;
-        int ist = 0;
-        auto issue = [&](int i) { /* copy group gb0 + i into stage i % RING, one commit */
-            if (i < ng) {
-                const uint32_t wo = wdst + ist * WSTAGE;
+        const bool s_lane = lane < RR; /* this lane copies a scale word */
+        /* Copy group o of the pass (o < left: it exists) into ring stage st, one commit
+         * either way; o and st are constants after unrolling. */
+        auto issue = [&](int o, int left, int st) {
+            if (o < left) {
 #pragma unroll
-                for (int j = 0; j < RT; j++) {
-                    cp_async16_pf(wo + j * 512, cwp[j], cw_ok[j] ? 16 : 0);
-                    cwp[j] += 32;
-                }
-                if (lane < RR) cp_async4(sdst + ist * SSTAGE, csp, cs_ok ? 4 : 0);
-                csp += 4;
+                for (int j = 0; j < RT; j++)
+                    cp_async16_pf(wdst + st * WSTAGE + j * 512, cwp[j] + 32 * o, cw_ok[j] ? 16 : 0);
             }
+            if (o < left && s_lane) cp_async4(sdst + st * SSTAGE, csp + 4 * o, cs_ok ? 4 : 0);
             cp_async_commit();
-            ist = (ist + 1) & (RING - 1);
         };
         /* Activations. From L2 (KS 8): group gb0 + i + 1 into xn while group i computes from
          * xc; lanes of no token keep zeros (set once). XS: each step reads group i from the
          * staged rows (rows of no token were staged as zeros). */
-        const uint4 *xp[NB];
+        const uint4 *xp[NB]; /* the pass's first group (advanced like the copy sources) */
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) xp[nb] = (const uint4 *)(xrow[nb] + 64 * gb0 + 16 * t);
         /* XS staging: chunk c (groups gb0 + XG c .., buffer c % 2 of slice ks) copied by the
@@ -252,18 +250,22 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                 }
             }
         };
-        auto step = [&](int i, const uint4 (&xl)[NB][2], uint4 (&xn)[NB][2]) {
+        /* Step of group i = the pass's first + u (left: groups from the pass's first on)
+         * from stage st; group i + RING - 1 goes into stage ist (the one the step before
+         * read). edge: a staged chunk begins at i (i is a multiple of DEC_XCG). */
+        auto step = [&](int i, int u, int left, int st, int ist, bool edge,
+                        const uint4 (&xl)[NB][2], uint4 (&xn)[NB][2]) {
             cp_async_wait<RING - 2>(); /* this lane's copies of group i landed */
-            if (XCH && i > 0 && i % DEC_XCG == 0) {
+            if (XCH && edge && i > 0) {
                 /* chunk i / XG landed (its copies are older than ring group i: DEC_XCG >=
                  * RING - 2) and every row warp of the slice is done with chunk i / XG - 1:
                  * its buffer takes chunk i / XG + 1 */
                 slice_sync();
                 if (i / DEC_XCG + 1 < n_chunks) stage(i / DEC_XCG + 1);
             } else {
-                __syncwarp(); /* every lane's copies landed; stage (i - 1) % RING read */
+                __syncwarp(); /* every lane's copies landed; stage ist read */
             }
-            issue(i + RING - 1);
+            issue(u + RING - 1, left, ist);
             if constexpr (XS) {
                 const int c = XCH ? i / DEC_XCG : 0, gi = XCH ? i % DEC_XCG : i;
                 uint4 xc[NB][2];
@@ -274,16 +276,15 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                     xc[nb][0] = x[0];
                     xc[nb][1] = x[1];
                 }
-                compute(i & (RING - 1), xc);
+                compute(st, xc);
             } else {
 #pragma unroll
                 for (int nb = 0; nb < NB; nb++)
-                    if (xok[nb] && i + 1 < ng) {
-                        xp[nb] += 8;
-                        xn[nb][0] = __ldg(xp[nb]);
-                        xn[nb][1] = __ldg(xp[nb] + 1);
+                    if (xok[nb] && u + 1 < left) {
+                        xn[nb][0] = __ldg(xp[nb] + 8 * (u + 1));
+                        xn[nb][1] = __ldg(xp[nb] + 8 * (u + 1) + 1);
                     }
-                compute(i & (RING - 1), xl);
+                compute(st, xl);
             }
         };
         if constexpr (XS) { /* the oldest copy groups: chunks 0 and 1 */
@@ -291,7 +292,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
             if (n_chunks > 1) stage(1);
         }
 #pragma unroll
-        for (int i = 0; i < RING - 1; i++) issue(i);
+        for (int i = 0; i < RING - 1; i++) issue(i, ng, i);
         if constexpr (XS) { /* this thread's copies of chunk 0 landed, then everyone's */
             if (n_chunks > 1) cp_async_wait<RING>();
             else cp_async_wait<RING - 1>();
@@ -306,9 +307,24 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                 xa[nb][1] = __ldg(xp[nb] + 1);
             }
         }
-        for (int i = 0; i < ng; i += 2) {
-            step(i, xa, xb);
-            if (i + 1 < ng) step(i + 1, xb, xa);
+        /* Passes of UN groups: group i + u reads stage ro + u and refills the stage before
+         * it, so every ring offset is the pass's base plus a constant. */
+        constexpr int UN = 4;
+        static_assert(RING % UN == 0 && UN % 2 == 0 && (!XCH || DEC_XCG == UN),
+                      "a pass covers whole ring quarters and whole staged chunks");
+        for (int i = 0; i < ng; i += UN) {
+            const int ro = i & (RING - 1), rp = (ro + RING - 1) & (RING - 1), left = ng - i;
+#pragma unroll
+            for (int u = 0; u < UN; u++) {
+                if (u >= left) break;
+                if (u & 1) step(i + u, u, left, ro + u, ro + u - 1, false, xb, xa);
+                else step(i + u, u, left, ro + u, u ? ro + u - 1 : rp, u == 0, xa, xb);
+            }
+#pragma unroll
+            for (int j = 0; j < RT; j++) cwp[j] += 32 * UN;
+            csp += 4 * UN;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) xp[nb] += 8 * UN;
         }
     } else {
         const uint16_t *wb_lo[RT], *wb_hi[RT];
