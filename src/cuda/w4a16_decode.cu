@@ -59,7 +59,10 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
  * activations loaded into registers one group ahead (they hit L2). Ring stage of a group:
  * RR = 16 RT weight rows of 32 bytes (row rr = 16 r + 8 h + g: tile r, h 0 lo / 1 hi, row g)
  * and their RR scale words. The warp reads only what it copied: __syncwarp orders the
- * copies of one lane before the reads of another and the reads before the next refill. */
+ * copies of one lane before the reads of another and the reads before the next refill.
+ * The loop runs in passes of 4 groups (a quarter or all of the ring), so that every stage
+ * offset and copy source is a pass base plus a constant: ~100 instructions per group and
+ * warp at RT 1 (the dequantization ~68 of them), against ~127 with per-group offsets. */
 #define DEC_RING_GROUPS 8 /* ring depth in 64-groups at RT 1 (RT 2: half, same bytes) */
 #define DEC_KS8_GROUPS 16  /* K split over the 8 warps (KS 8) from K / 64 >= this on */
 #define DEC_XS_MAX_K (64 * (DEC_KS8_GROUPS - 1)) /* the largest K of a KS 1 launch */
