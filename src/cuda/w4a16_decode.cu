@@ -60,9 +60,10 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
  * RR = 16 RT weight rows of 32 bytes (row rr = 16 r + 8 h + g: tile r, h 0 lo / 1 hi, row g)
  * and their RR scale words. The warp reads only what it copied: __syncwarp orders the
  * copies of one lane before the reads of another and the reads before the next refill.
- * The loop runs in passes of 4 groups (a quarter or all of the ring), so that every stage
- * offset and copy source is a pass base plus a constant: ~100 instructions per group and
- * warp at RT 1 (the dequantization ~68 of them), against ~127 with per-group offsets. */
+ * The loop runs in passes of 4 groups (half the ring at RT 1, all of it at RT 2), so that
+ * every stage offset and copy source is a pass base plus a constant: ~100 instructions per
+ * group and warp at RT 1 (the dequantization ~68 of them), against ~127 with per-group
+ * offsets. */
 #define DEC_RING_GROUPS 8 /* ring depth in 64-groups at RT 1 (RT 2: half, same bytes) */
 #define DEC_KS8_GROUPS 16  /* K split over the 8 warps (KS 8) from K / 64 >= this on */
 #define DEC_XS_MAX_K (64 * (DEC_KS8_GROUPS - 1)) /* the largest K of a KS 1 launch */
@@ -314,7 +315,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
          * it, so every ring offset is the pass's base plus a constant. */
         constexpr int UN = 4;
         static_assert(RING % UN == 0 && UN % 2 == 0 && (!XCH || DEC_XCG == UN),
-                      "a pass covers whole ring quarters and whole staged chunks");
+                      "the ring holds whole passes, a pass whole staged chunks");
         for (int i = 0; i < ng; i += UN) {
             const int ro = i & (RING - 1), rp = (ro + RING - 1) & (RING - 1), left = ng - i;
 #pragma unroll
