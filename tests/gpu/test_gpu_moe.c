@@ -718,7 +718,7 @@ int main(void)
     static const int ms_small[] = {7, 1000}, k8[] = {8};
     static const int ms_odd[] = {1, 40, 64, 1000}, k_odd[] = {4, 16};
     static const int ms_tp8[] = {1, 7, 64, 256}, ms_tp8_big[] = {1000, 4096, 16384};
-    static const int ms_long_k[] = {40, 64};
+    static const int ms_long_k[] = {40, 64}, ms_wide[] = {1, 7};
     const shape_spec shapes[] = {
         {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_tiny, 5, k48, 2, 1, 0},
         {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_small, 2, k8, 1, 1, 0},
@@ -727,6 +727,9 @@ int main(void)
         /* H = 1344 (21 groups): FC1 of 16- and 32-token decode slots in 2 K slices of 10 and
          * 11 groups, 3 staged chunks each, the last ones partial */
         {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
+        /* I = 1024 (16 groups): decode FC2 and the shared FC2 split K over 8 warps (KS 8),
+         * sm90-wgmma's FC2 by the one-tile kernel */
+        {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 4, k48, 2, 1, 0},
         {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k48, 2, 0, 1},
     };
@@ -742,6 +745,7 @@ int main(void)
             {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_s + 1, 1, k8, 1, 0, 0},
             {"odd-H", 320, 16, 128, SH_NONE, 0, ms_s, 2, k_odd, 2, 0, 0},
             {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
+            {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         };
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
     } else if (is_profile) {
