@@ -617,6 +617,7 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     p.a = abuf, p.a_rows = l->n_slots * l->tile_t, p.row_src = NULL;
     p.row_dst = row_dst, p.row_w = row_w;
     p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs, p.out_bf16 = 1;
+    p.weights_first = 1; /* FC1 waited for the slot table's writer */
     if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "decode FC2 launch");
 
     if (g->has_shared) { /* identity slots of 8 tokens, output straight into y */
@@ -632,6 +633,7 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
         if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess)
             return cuda_fail(e, err, "decode shared FC1 launch");
         p.gated = 0, p.n = H, p.k = is, p.a = sh_a, p.out = y;
+        p.weights_first = 1; /* identity slots: no table; the shared FC1 runs before */
         p.wq = g->sh_w2, p.ws = g->sh_s2, p.wb = g->sh_b2, p.gscale = g->sh_g2;
         if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess)
             return cuda_fail(e, err, "decode shared FC2 launch");

@@ -82,6 +82,19 @@ static __host__ __device__ constexpr int dec_xs_bytes(int ks, int tt, int k)
 static __host__ __device__ constexpr int dec_max(int a, int b) { return a > b ? a : b; }
 #define DEC_XS_MAX_BYTES dec_max(dec_xs_bytes(1, 32, DEC_XS_MAX_K), dec_xs_bytes(2, 32, 64 * DEC_XCG))
 
+/* 16 bytes of activations. Plain (FC2) kernels may wait for them in the middle of the kernel
+ * (weights_first): a coherent load kept after that wait (an ld.global.nc may be hoisted above
+ * griddepcontrol.wait, and was: stale rows); gated kernels wait first and use the nc path. */
+template <int GATED> static __device__ __forceinline__ uint4 dec_ld_x(const uint4 *ptr)
+{
+    if (GATED) return __ldg(ptr);
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
+    return v;
+}
+
 /* Row of a that padded row prow reads, or -1 (none: zeros). Plain (FC2) rows whose output is
  * skipped read none either. */
 template <int GATED>
@@ -203,12 +216,14 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         const int xrb = dec_xs_row_bytes(64 * XG), xbuf = KS * TT * xrb; /* buffer 1 - 0 */
         const unsigned char *xsl = xs + ks * TT * xrb; /* this slice's buffer 0 */
         int xq_row = -1;
-        if constexpr (XS) {
-            if constexpr (TS == 32) /* loaded by the kernel (its tile count needs them) */
-                xq_row = __shfl_sync(0xffffffffu, src_lane, (rw + RW * lane) & 31);
-            else if (lane < XQ)
-                xq_row = dec_a_row<GATED>(p, slot * TS + rw + RW * lane);
-        }
+        auto find_xq = [&]() {
+            if constexpr (XS) {
+                if constexpr (TS == 32) /* loaded by the kernel (its tile count needs them) */
+                    xq_row = __shfl_sync(0xffffffffu, src_lane, (rw + RW * lane) & 31);
+                else if (lane < XQ)
+                    xq_row = dec_a_row<GATED>(p, slot * TS + rw + RW * lane);
+            }
+        };
         auto stage = [&](int c) {
             const int g0 = gb0 + XG * c, cols = 8 * min(XG, gb1 - g0);
             const uint32_t dst = smem_u32(xsl + (c & 1) * xbuf);
@@ -285,20 +300,40 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 #pragma unroll
                 for (int nb = 0; nb < NB; nb++)
                     if (xok[nb] && u + 1 < left) {
-                        xn[nb][0] = __ldg(xp[nb] + 8 * (u + 1));
-                        xn[nb][1] = __ldg(xp[nb] + 8 * (u + 1) + 1);
+                        xn[nb][0] = dec_ld_x<GATED>(xp[nb] + 8 * (u + 1));
+                        xn[nb][1] = dec_ld_x<GATED>(xp[nb] + 8 * (u + 1) + 1);
                     }
                 compute(st, xl);
             }
         };
-        if constexpr (XS) { /* the oldest copy groups: chunks 0 and 1 */
+        /* weights_first (plain): the kernel's wait for the activations comes after the first
+         * weight copies; KS 1 then stages its one chunk after them too (and waits for all) */
+        const bool wfirst = !GATED && p.weights_first;
+        if constexpr (XCH) { /* the oldest copy groups: chunks 0 and 1 */
+            if (wfirst) fp4_pdl_wait();
+            find_xq();
             stage(0);
             if (n_chunks > 1) stage(1);
+        } else if constexpr (XS) {
+            if (!wfirst) {
+                find_xq();
+                stage(0);
+            }
         }
 #pragma unroll
         for (int i = 0; i < RING - 1; i++) issue(i, ng, i);
+        if constexpr (XS && !XCH) {
+            if (wfirst) {
+                fp4_pdl_wait();
+                find_xq();
+                stage(0);
+            }
+        } else {
+            if (wfirst) fp4_pdl_wait();
+        }
         if constexpr (XS) { /* this thread's copies of chunk 0 landed, then everyone's */
-            if (n_chunks > 1) cp_async_wait<RING>();
+            if (!XCH && wfirst) cp_async_wait<0>();
+            else if (n_chunks > 1) cp_async_wait<RING>();
             else cp_async_wait<RING - 1>();
             slice_sync();
         }
@@ -307,8 +342,8 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         for (int nb = 0; nb < NB; nb++) {
             xa[nb][0] = xa[nb][1] = xb[nb][0] = xb[nb][1] = make_uint4(0, 0, 0, 0);
             if (!XS && xok[nb] && ng > 0) {
-                xa[nb][0] = __ldg(xp[nb]);
-                xa[nb][1] = __ldg(xp[nb] + 1);
+                xa[nb][0] = dec_ld_x<GATED>(xp[nb]);
+                xa[nb][1] = dec_ld_x<GATED>(xp[nb] + 1);
             }
         }
         /* Passes of UN groups: group i + u reads stage ro + u and refills the stage before
@@ -472,7 +507,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     extern __shared__ __align__(16) unsigned char xs[]; /* XS: dec_xs_bytes(KS, TS, k) */
     __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
     __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
-    fp4_pdl_wait(); /* the slot table and activations come from the kernel before */
+    /* The slot table and activations come from the kernels before. weights_first (plain
+     * NVFP4): the table from an earlier one (the kernel before waited for it), so the wait for
+     * the activations is deferred past the first weight copies (dec_block). */
+    if (!(NV && !GATED && p.weights_first)) fp4_pdl_wait();
     fp4_pdl_trigger();
     const int slot = blockIdx.x, lane = threadIdx.x & 31;
     /* 32-token slots: every lane loads the source of one padded row of the slot, beside the

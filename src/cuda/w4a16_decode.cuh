@@ -67,6 +67,12 @@ typedef struct fp4_dec_gemm_args {
     int out_bf16;               /* plain: 1 writes bf16 (rounded to nearest even) */
     int tiles_per_warp;         /* m16 weight tiles per warp sharing one B fragment: 2 (NVFP4
                                    only; halves activation re-reads), else 1 */
+    int weights_first;          /* plain NVFP4 with programmatic dependent launch: 1 when the
+                                   kernel before on the stream waited for the writer of the
+                                   slot table (tile_expert, row_dst, row_w) before it let this
+                                   one launch (a decode FC1 does): the table and the weights
+                                   are then read, and the first weight copies issued, before
+                                   this kernel's wait for the activations. 0: wait first */
     int tile_t;                 /* tokens per slot: 8 (0 means 8), or 16 / 32 (NVFP4 only: one
                                    dequantized weight fragment feeds 2 / 4 n8 mma tiles, at
                                    32 only those that hold tokens; tiles_per_warp is taken

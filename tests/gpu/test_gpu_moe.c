@@ -728,7 +728,8 @@ int main(void)
          * 11 groups, 3 staged chunks each, the last ones partial */
         {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
         /* I = 1024 (16 groups): decode FC2 and the shared FC2 split K over 8 warps (KS 8),
-         * sm90-wgmma's FC2 by the one-tile kernel */
+         * their weight copies issued before the PDL wait (weights_first), sm90-wgmma's FC2 by
+         * the one-tile kernel */
         {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 4, k48, 2, 1, 0},
         {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k48, 2, 0, 1},
