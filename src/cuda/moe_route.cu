@@ -181,6 +181,8 @@ fp4_route_topk_kernel(const float *__restrict__ part, const float *__restrict__ 
     const int t = blockIdx.x * ROUTE_TOPK_WARPS + (threadIdx.x >> 5);
     if (t >= m) return;
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;
+    float bv[J];
+    route_bias_lane(bv, bias, n_experts);
     const size_t stride = (size_t)m * n_experts;
     float pv[J];
 #pragma unroll
@@ -188,8 +190,10 @@ fp4_route_topk_kernel(const float *__restrict__ part, const float *__restrict__ 
         const int e = lane + 32 * j;
         pv[j] = e < n_experts ? route_tree<S>::sum(part + (size_t)t * n_experts + e, stride) : 0.f;
     }
-    route_select_warp(pv, bias, n_experts, k, scoring, norm_topk, scaling, ids + (size_t)t * k,
-                      w + (size_t)t * k);
+    int sel_id;
+    float sel_w;
+    route_select_warp(pv, bv, n_experts, k, scoring, norm_topk, scaling, ids + (size_t)t * k,
+                      w + (size_t)t * k, sel_id, sel_w);
 }
 
 extern "C" cudaError_t fp4_moe_route_init(void)

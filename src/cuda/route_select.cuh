@@ -13,25 +13,47 @@
 
 #define FP4_ROUTE_LANE_EXPERTS 8 /* experts per lane: lane + 32 j, so E <= 256 */
 
-/* a beats b when its score is larger, or equal with a lower id. */
-static __device__ __forceinline__ int route_better(float sa, int ia, float sb, int ib)
+/* The correction bias of the lane's experts (0 past n_experts or without a bias). A weight:
+ * the kernels load it before their wait for the logits. */
+static __device__ __forceinline__ void route_bias_lane(float (&bv)[FP4_ROUTE_LANE_EXPERTS],
+                                                       const float *__restrict__ bias,
+                                                       int n_experts)
 {
-    return sa > sb || (sa == sb && ia < ib);
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < FP4_ROUTE_LANE_EXPERTS; j++) {
+        const int e = lane + 32 * j;
+        bv[j] = bias && e < n_experts ? __ldg(bias + e) : 0.f;
+    }
+}
+
+/* A score as an unsigned key in the order of route_better: larger score, larger key; -0 as
+ * +0; 0 for NaN (never chosen while a number is left). */
+static __device__ __forceinline__ uint32_t route_key(float s)
+{
+    uint32_t u = __float_as_uint(s);
+    if (s != s) return 0u;
+    if (u == 0x80000000u) u = 0u;
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
 /* The whole warp, one token: pv[j] is the logit of expert lane + 32 j (ignored for e >=
- * n_experts; overwritten with its probability). Writes ids_t[0, k) in selection order (by
- * lane 0) and w_t[0, k); ordered for the whole warp on return. bias may be NULL. */
+ * n_experts; overwritten with its probability), bv[j] its bias (route_bias_lane). Top-k by
+ * score + bias, ties to the lower id, NaN scores last (all NaN: expert 0, as the original).
+ * Each round: the lane's best untaken expert as a key, the warp's largest key and then its
+ * lowest id among the lanes that hold it (two redux.sync, no shuffle tree). Writes ids_t[0, k)
+ * in selection order and w_t[0, k); lane s < 32 also returns choice s in sel_id / sel_w.
+ * Ordered for the whole warp on return. */
 static __device__ __forceinline__ void route_select_warp(float (&pv)[FP4_ROUTE_LANE_EXPERTS],
-                                                         const float *__restrict__ bias,
+                                                         const float (&bv)[FP4_ROUTE_LANE_EXPERTS],
                                                          int n_experts, int k, int scoring,
                                                          int norm_topk, float scaling,
-                                                         int32_t *ids_t, float *w_t)
+                                                         int32_t *ids_t, float *w_t,
+                                                         int &sel_id, float &sel_w)
 {
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;
     const int lane = threadIdx.x & 31;
-    float sv[J];
-    uint32_t taken = 0; /* bit j: expert lane + 32 j chosen */
+    uint32_t key[J];
     if (scoring == 0) {
 #pragma unroll
         for (int j = 0; j < J; j++) pv[j] = 1.f / (1.f + expf(-pv[j]));
@@ -52,47 +74,40 @@ static __device__ __forceinline__ void route_select_warp(float (&pv)[FP4_ROUTE_L
         for (int j = 0; j < J; j++) pv[j] /= sum;
     }
 #pragma unroll
-    for (int j = 0; j < J; j++) {
-        const int e = lane + 32 * j;
-        sv[j] = pv[j] + (bias && e < n_experts ? bias[e] : 0.f);
-    }
+    for (int j = 0; j < J; j++) /* 0: no expert, or taken (NaN scores rank with them) */
+        key[j] = lane + 32 * j < n_experts ? route_key(pv[j] + bv[j]) : 0u;
     float chosen_sum = 0.f;
+    sel_id = 0, sel_w = 0.f;
     for (int s = 0; s < k; s++) {
-        float bs = -INFINITY, bp = 0.f;
-        int bi = 0x7fffffff;
+        uint32_t lk = 0u;
+        float lp = 0.f;
+        int li = 0x7fffffff;
 #pragma unroll
-        for (int j = 0; j < J; j++) {
-            const int e = lane + 32 * j;
-            if (e < n_experts && !((taken >> j) & 1) && route_better(sv[j], e, bs, bi)) {
-                bs = sv[j];
-                bi = e;
-                bp = pv[j];
+        for (int j = 0; j < J; j++) /* strictly larger: the lower j (id) keeps a tie */
+            if (key[j] > lk) {
+                lk = key[j];
+                li = lane + 32 * j;
+                lp = pv[j];
             }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float os = __shfl_xor_sync(0xffffffffu, bs, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            if (route_better(os, oi, bs, bi)) {
-                bs = os;
-                bi = oi;
-                bp = op;
-            }
-        }
-        if (bi == 0x7fffffff) { /* only when scores are NaN: the original took id 0 */
-            bi = 0;
-            bp = __shfl_sync(0xffffffffu, pv[0], 0);
-        }
-        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+        const uint32_t best = __reduce_max_sync(0xffffffffu, lk);
+        /* only NaN scores (or taken) left: expert 0 with its probability, as the original */
+        const int bi = best ? (int)__reduce_min_sync(0xffffffffu, lk == best ? (uint32_t)li
+                                                                             : 0x7fffffffu)
+                            : 0;
+        const float bp = __shfl_sync(0xffffffffu, best ? lp : pv[0], bi & 31);
+        if ((bi & 31) == lane)
+#pragma unroll
+            for (int j = 0; j < J; j++)
+                if (j == (bi >> 5)) key[j] = 0u;
         chosen_sum += bp;
-        if (lane == 0) {
-            ids_t[s] = bi;
-            w_t[s] = bp; /* scaled below */
-        }
+        if (s == lane) sel_id = bi, sel_w = bp;
+        if (s >= 32 && lane == 0) ids_t[s] = bi, w_t[s] = bp; /* scaled below */
     }
-    __syncwarp();
     const float f = norm_topk && chosen_sum > 0.f ? scaling / chosen_sum : scaling;
-    for (int s = lane; s < k; s += 32) w_t[s] *= f;
+    sel_w *= f;
+    if (lane < k) ids_t[lane] = sel_id, w_t[lane] = sel_w;
+    __syncwarp();
+    for (int s = 32 + lane; s < k; s += 32) w_t[s] *= f;
     __syncwarp();
 }
 

@@ -579,24 +579,25 @@ static __device__ void scan_tiles(int v, int n_experts, int *tstart)
     __syncthreads();
 }
 
+/* The expert of slot s from the slot starts, or -1 past the last used slot. */
+static __device__ int slot_expert(int s, int n_experts, const int *tstart)
+{
+    if (s >= tstart[n_experts]) return -1;
+    int lo = 0, hi = n_experts - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (tstart[mid] <= s) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
 /* Slot table (expert per slot, -1 past the last used slot) and every padded row emptied. */
 static __device__ void fill_slots(int n_experts, int n_slots, int tile_t, const int *tstart,
                                   int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
                                   float *row_w)
 {
     const int tid = threadIdx.x, nt = blockDim.x;
-    for (int s = tid; s < n_slots; s += nt) {
-        int e = -1;
-        if (s < tstart[n_experts]) {
-            int lo = 0, hi = n_experts - 1;
-            while (lo < hi) {
-                int mid = (lo + hi + 1) >> 1;
-                if (tstart[mid] <= s) lo = mid; else hi = mid - 1;
-            }
-            e = lo;
-        }
-        tile_expert[s] = e;
-    }
+    for (int s = tid; s < n_slots; s += nt) tile_expert[s] = slot_expert(s, n_experts, tstart);
     const long long n_rows = (long long)n_slots * tile_t;
     for (long long r = tid; r < n_rows; r += nt) {
         row_src[r] = -1;
@@ -749,13 +750,19 @@ fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ 
 }
 
 #define TG_THREADS 1024 /* the top-k + grouping block: one warp per token */
+#define TG_TOK (FP4_DEC_ROUTE_MAX_M / (TG_THREADS / 32)) /* tokens per warp, at most */
 static_assert(FP4_DEC_ROUTE_MAX_M <= 64, "token masks per expert are 64-bit");
+static_assert(FP4_DEC_ROUTE_MAX_M % (TG_THREADS / 32) == 0, "whole token rounds per warp");
 
 /* One block of TG_THREADS: warp per token, the routing rule of route_select.cuh, ids / w [m, k];
  * the tokens that chose each expert as a 64-bit mask; then the grouping of fp4_dec_prep,
- * with a pair's place inside its expert's segment = its rank in token order (deterministic). */
+ * with a pair's place inside its expert's segment = its rank in token order (deterministic).
+ * A latency chain, so whatever does not need the logits runs before the PDL wait: the bias
+ * loads, the mask reset and the emptying of every padded row (the kernel before waits for
+ * its own predecessor before it lets this one launch, so no earlier kernel still reads the
+ * rows). Each warp keeps its tokens' first 32 choices in registers for the scatter. */
 __global__ void __launch_bounds__(TG_THREADS)
-fp4_dec_topk_group_kernel(const float *__restrict__ logits, const float *__restrict__ bias,
+fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
                           int m, int n_experts, int k, int scoring, int norm_topk,
                           float scaling, int32_t *ids, float *w, int n_slots,
                           int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
@@ -763,36 +770,55 @@ fp4_dec_topk_group_kernel(const float *__restrict__ logits, const float *__restr
 {
     __shared__ unsigned long long tmask[FP4_DEC_MAX_EXPERTS]; /* bit t: token t chose e */
     __shared__ int tstart[FP4_DEC_MAX_EXPERTS + 1];
-    fp4_pdl_wait();
-    fp4_pdl_trigger();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;
+    float bv[J];
+    route_bias_lane(bv, bias, n_experts);
     for (int e = tid; e < n_experts; e += TG_THREADS) tmask[e] = 0ull;
+    for (int r = tid; r < n_slots * FP4_DEC_TILE_T; r += TG_THREADS) {
+        row_src[r] = -1;
+        row_dst[r] = -1;
+        row_w[r] = 0.f;
+    }
     __syncthreads();
-    for (int t = warp; t < m; t += TG_THREADS / 32) {
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
+    int sel_id[TG_TOK];
+    float sel_w[TG_TOK];
+#pragma unroll
+    for (int i = 0; i < TG_TOK; i++) {
+        const int t = warp + (TG_THREADS / 32) * i;
+        sel_id[i] = 0, sel_w[i] = 0.f;
+        if (t >= m) break;
         float pv[J];
 #pragma unroll
         for (int j = 0; j < J; j++) {
             int e = lane + 32 * j;
             pv[j] = e < n_experts ? logits[(size_t)t * n_experts + e] : 0.f;
         }
-        route_select_warp(pv, bias, n_experts, k, scoring, norm_topk, scaling, ids + (size_t)t * k,
-                          w + (size_t)t * k);
-        for (int s = lane; s < k; s += 32) atomicOr(&tmask[ids[(size_t)t * k + s]], 1ull << t);
+        route_select_warp(pv, bv, n_experts, k, scoring, norm_topk, scaling, ids + (size_t)t * k,
+                          w + (size_t)t * k, sel_id[i], sel_w[i]);
+        if (lane < k) atomicOr(&tmask[sel_id[i]], 1ull << t);
+        for (int s = 32 + lane; s < k; s += 32) atomicOr(&tmask[ids[(size_t)t * k + s]], 1ull << t);
     }
-    __syncthreads(); /* ids, w and the masks of all tokens are written by this block */
+    __syncthreads(); /* the masks of all tokens */
     scan_tiles(tid < n_experts ? (__popcll(tmask[tid]) + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T
                                : 0,
                n_experts, tstart);
-    fill_slots(n_experts, n_slots, FP4_DEC_TILE_T, tstart, tile_expert, row_src, row_dst, row_w);
-    __syncthreads(); /* row fills before the scatter */
-    const int n_pairs = m * k;
-    for (int q = tid; q < n_pairs; q += TG_THREADS) {
-        const int e = ids[q], t = q / k;
-        const int pos = tstart[e] * FP4_DEC_TILE_T + __popcll(tmask[e] & ((1ull << t) - 1ull));
-        row_src[pos] = t;
-        row_dst[pos] = q;
-        row_w[pos] = w[q];
+    for (int s = tid; s < n_slots; s += TG_THREADS) tile_expert[s] = slot_expert(s, n_experts, tstart);
+    /* the scatter: pair (t, s) into its expert's segment at its rank in token order */
+#pragma unroll
+    for (int i = 0; i < TG_TOK; i++) {
+        const int t = warp + (TG_THREADS / 32) * i;
+        if (t >= m) break;
+        const unsigned long long before = (1ull << t) - 1ull;
+        for (int s = lane; s < k; s += 32) {
+            const int e = s < 32 ? sel_id[i] : ids[(size_t)t * k + s];
+            const int pos = tstart[e] * FP4_DEC_TILE_T + __popcll(tmask[e] & before);
+            row_src[pos] = t;
+            row_dst[pos] = t * k + s;
+            row_w[pos] = s < 32 ? sel_w[i] : w[(size_t)t * k + s];
+        }
     }
 }
 
