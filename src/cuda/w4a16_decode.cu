@@ -760,7 +760,9 @@ static_assert(FP4_DEC_ROUTE_MAX_M % (TG_THREADS / 32) == 0, "whole token rounds 
  * A latency chain, so whatever does not need the logits runs before the PDL wait: the bias
  * loads, the mask reset and the emptying of every padded row (the kernel before waits for
  * its own predecessor before it lets this one launch, so no earlier kernel still reads the
- * rows). Each warp keeps its tokens' first 32 choices in registers for the scatter. */
+ * rows). Each warp keeps its tokens' first 32 choices in registers for the scatter. A token
+ * whose scores are all NaN chooses expert 0 k times (route_select.cuh); the rank being per
+ * token, those pairs share one row, whose weight is NaN: the token's output is NaN either way. */
 __global__ void __launch_bounds__(TG_THREADS)
 fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
                           int m, int n_experts, int k, int scoring, int norm_topk,

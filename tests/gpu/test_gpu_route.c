@@ -1,0 +1,266 @@
+/*
+ * test_gpu_route.c - the two GPU routers on inputs whose logits are exact, so that the
+ * expected top-k is known bit for bit: the decode router with its grouping
+ * (fp4_dec_route_prep: logits kernel + one top-k / grouping block) and the tensor-core router
+ * (fp4_moe_route). Router row e is c_e u / 256 and token t's x is a_t u (u a fixed +-1 vector,
+ * H = 256), so every logit is c_e a_t exactly in fp32 on either path. Many experts share c_e
+ * (and their bias), so exact ties are everywhere and must go to the lower id; one expert's
+ * row holds a NaN (never chosen); one token's x holds a NaN (every score NaN: expert 0, k
+ * times); k = 40 (> 32) and softmax scoring without renormalization are covered too. The
+ * reference ranks in double (the ties are exact there as well). The decode router's slot
+ * table and rows are checked against a grouping rebuilt from the expected ids: experts in
+ * id order, each in ceil(count / 8) slots of 8 rows in token order, a row's weight the
+ * pair's (bit for bit), padded rows empty.
+ * Prints "SKIP: no CUDA device" and exits 0 without a device.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpu_moe.h"
+
+#ifdef FP4MOE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/moe_route.cuh"
+#include "cuda/w4a16_decode.cuh"
+
+#define H 256
+#define W_TOL 1e-5 /* routing weights: fp32 expf on the GPU against double */
+
+static int near_ties; /* distinct reference scores closer than 1e-5 (the inputs' fault) */
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t err_ = (call);                                                                 \
+        if (err_ != cudaSuccess) {                                                                 \
+            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_));   \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static uint16_t bf16_of(float f) /* exact for the values used here */
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+typedef struct route_case {
+    const char *name;
+    int m, e, k, scoring, norm_topk;
+    float scaling;
+    int nan_expert; /* its router row holds a NaN, or -1 */
+    int nan_token;  /* its x holds a NaN, or -1 */
+} route_case;
+
+/* Expected ids / w of one token by the routing rule, in double. */
+static void ref_token(const route_case *c, const double *logit, const float *bias, int32_t *ids,
+                      double *w)
+{
+    double p[256], sc[256], mx = -INFINITY, sum = 0.0;
+    int taken[256] = {0};
+    for (int e = 0; e < c->e; e++) mx = fmax(mx, logit[e]);
+    for (int e = 0; e < c->e; e++) {
+        p[e] = c->scoring ? exp(logit[e] - mx) : 1.0 / (1.0 + exp(-logit[e]));
+        sum += p[e];
+    }
+    for (int e = 0; e < c->e; e++) {
+        if (c->scoring) p[e] /= sum;
+        sc[e] = p[e] + bias[e];
+    }
+    /* distinct scores must be far apart, so that fp32 on the GPU ranks them as double does */
+    for (int a = 0; a < c->e; a++)
+        for (int b = 0; b < a; b++)
+            if (sc[a] != sc[b] && fabs(sc[a] - sc[b]) < 1e-5) near_ties++;
+    double chosen = 0.0;
+    for (int s = 0; s < c->k; s++) {
+        int b = -1;
+        for (int e = 0; e < c->e; e++) /* NaN compares false: never better */
+            if (!taken[e] && (b < 0 ? sc[e] == sc[e] : sc[e] > sc[b])) b = e;
+        if (b < 0) b = 0; /* every score NaN: expert 0 */
+        taken[b] = 1;
+        ids[s] = b;
+        w[s] = p[b];
+        chosen += p[b];
+    }
+    double f = c->norm_topk && chosen > 0.0 ? c->scaling / chosen : c->scaling;
+    for (int s = 0; s < c->k; s++) w[s] *= f;
+}
+
+static int same_w(float got, double want)
+{
+    if (isnan(want)) return isnan(got);
+    return fabs((double)got - want) <= W_TOL * fmax(1.0, fabs(want));
+}
+
+static void run_case(const route_case *c, cudaStream_t st)
+{
+    const int m = c->m, E = c->e, k = c->k, pairs = m * k;
+    const int n_slots = (pairs + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T + E, rows = n_slots * 8;
+    float *router = malloc((size_t)E * H * 4), *bias = malloc((size_t)E * 4);
+    uint16_t *x = malloc((size_t)m * H * 2), *planes = malloc((size_t)3 * E * H * 2);
+    double *logit = malloc((size_t)E * 8), *wref = malloc((size_t)pairs * 8);
+    int32_t *idref = malloc((size_t)pairs * 4);
+    int32_t *ids = malloc((size_t)pairs * 4), *te = malloc((size_t)n_slots * 4);
+    int32_t *rsrc = malloc((size_t)rows * 4), *rdst = malloc((size_t)rows * 4);
+    float *w = malloc((size_t)pairs * 4), *rw = malloc((size_t)rows * 4);
+    double *cv = malloc((size_t)E * 8), *av = malloc((size_t)m * 8);
+    signed char u[H];
+    for (int i = 0; i < H; i++) u[i] = ((i * 7 + 3) % 5) < 2 ? -1 : 1;
+    for (int e = 0; e < E; e++) { /* 23 values of c, each shared by several experts */
+        cv[e] = (double)((e * 37) % 23 - 11) / 16.0;
+        bias[e] = (float)(((e * 5) % 3) * 0.125); /* groups of equal c and bias tie */
+        for (int i = 0; i < H; i++) router[(size_t)e * H + i] = (float)(cv[e] * u[i] / 256.0);
+    }
+    if (c->nan_expert >= 0) router[(size_t)c->nan_expert * H + 17] = NAN;
+    static const double a_set[] = {1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.25, 1.5};
+    for (int t = 0; t < m; t++) {
+        av[t] = a_set[(t * 3 + 1) % 8];
+        for (int i = 0; i < H; i++) x[(size_t)t * H + i] = bf16_of((float)(av[t] * u[i]));
+        if (t == c->nan_token) x[(size_t)t * H + 5] = 0x7fc0;
+    }
+    for (int t = 0; t < m; t++) {
+        for (int e = 0; e < E; e++) {
+            logit[e] = cv[e] * av[t];
+            if (e == c->nan_expert || t == c->nan_token) logit[e] = NAN;
+        }
+        ref_token(c, logit, bias, idref + (size_t)t * k, wref + (size_t)t * k);
+    }
+    CHECK(near_ties == 0, "%s: %d near ties in the reference scores (inputs to change)", c->name,
+          near_ties);
+    near_ties = 0;
+    fp4_gpu_router_split(router, (size_t)E * H, planes);
+
+    float *d_router, *d_bias, *d_logits, *d_w, *d_rw;
+    uint16_t *d_x, *d_planes, *d_xp;
+    int32_t *d_ids, *d_te, *d_rsrc, *d_rdst;
+    void *d_scr;
+    size_t scr = fp4_moe_route_scratch_bytes(m, E);
+    CK(cudaMalloc((void **)&d_router, (size_t)E * H * 4));
+    CK(cudaMalloc((void **)&d_bias, (size_t)E * 4));
+    CK(cudaMalloc((void **)&d_logits, (size_t)m * E * 4));
+    CK(cudaMalloc((void **)&d_w, (size_t)pairs * 4));
+    CK(cudaMalloc((void **)&d_rw, (size_t)rows * 4));
+    CK(cudaMalloc((void **)&d_x, (size_t)m * H * 2));
+    CK(cudaMalloc((void **)&d_planes, (size_t)3 * E * H * 2));
+    CK(cudaMalloc((void **)&d_xp, (size_t)m * H * 2));
+    CK(cudaMalloc((void **)&d_ids, (size_t)pairs * 4));
+    CK(cudaMalloc((void **)&d_te, (size_t)n_slots * 4));
+    CK(cudaMalloc((void **)&d_rsrc, (size_t)rows * 4));
+    CK(cudaMalloc((void **)&d_rdst, (size_t)rows * 4));
+    CK(cudaMalloc(&d_scr, scr));
+    CK(cudaMemcpy(d_router, router, (size_t)E * H * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_bias, bias, (size_t)E * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_x, x, (size_t)m * H * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_planes, planes, (size_t)3 * E * H * 2, cudaMemcpyHostToDevice));
+
+    for (int path = 0; path < 2; path++) {
+        const char *pn = path ? "tensor-core router" : "decode router";
+        /* poison the outputs: every entry the kernels own must be written */
+        CK(cudaMemset(d_ids, 0x7f, (size_t)pairs * 4));
+        CK(cudaMemset(d_w, 0xff, (size_t)pairs * 4));
+        CK(cudaMemset(d_te, 0x7f, (size_t)n_slots * 4));
+        CK(cudaMemset(d_rsrc, 0x7f, (size_t)rows * 4));
+        CK(cudaMemset(d_rdst, 0x7f, (size_t)rows * 4));
+        CK(cudaMemset(d_rw, 0xff, (size_t)rows * 4));
+        cudaError_t err =
+            path ? fp4_moe_route(d_x, d_planes, d_bias, m, H, E, k, c->scoring, c->norm_topk,
+                                 c->scaling, d_scr, scr, d_ids, d_w, st)
+                 : fp4_dec_route_prep(d_x, d_router, d_bias, m, H, E, k, c->scoring,
+                                      c->norm_topk, c->scaling, d_logits, d_ids, d_w, n_slots,
+                                      d_te, d_rsrc, d_rdst, d_rw, d_xp, st);
+        CHECK(err == cudaSuccess, "%s %s: launch %s", c->name, pn, cudaGetErrorString(err));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(ids, d_ids, (size_t)pairs * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(w, d_w, (size_t)pairs * 4, cudaMemcpyDeviceToHost));
+        int bad_id = -1, bad_w = -1;
+        for (int q = 0; q < pairs; q++) {
+            if (bad_id < 0 && ids[q] != idref[q]) bad_id = q;
+            if (bad_w < 0 && !same_w(w[q], wref[q])) bad_w = q;
+        }
+        CHECK(bad_id < 0, "%s %s: pair %d (token %d choice %d) id %d, expected %d", c->name, pn,
+              bad_id, bad_id / k, bad_id % k, ids[bad_id < 0 ? 0 : bad_id],
+              idref[bad_id < 0 ? 0 : bad_id]);
+        CHECK(bad_w < 0, "%s %s: pair %d weight %.8g, expected %.8g", c->name, pn, bad_w,
+              w[bad_w < 0 ? 0 : bad_w], wref[bad_w < 0 ? 0 : bad_w]);
+        if (path) continue;
+
+        /* the grouping, rebuilt from the expected ids */
+        CK(cudaMemcpy(te, d_te, (size_t)n_slots * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(rsrc, d_rsrc, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(rdst, d_rdst, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(rw, d_rw, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+        int slot = 0, bad_slot = -1, bad_row = -1;
+        for (int e = 0; e < E; e++) {
+            int r = slot * 8, n = 0;
+            for (int t = 0; t < m; t++) {
+                /* one row per token and expert; a token whose scores are all NaN chose
+                 * expert 0 k times: one row, any of those pairs (the rank is per token) */
+                int hit = 0, dst_ok = 0;
+                for (int s = 0; s < k; s++)
+                    if (idref[t * k + s] == e) {
+                        hit = 1;
+                        if (rdst[r] == t * k + s) dst_ok = 1;
+                    }
+                if (!hit) continue;
+                if (bad_row < 0 &&
+                    (rsrc[r] != t || !dst_ok ||
+                     memcmp(&rw[r], &w[rdst[r] >= 0 && rdst[r] < pairs ? rdst[r] : 0], 4)))
+                    bad_row = r;
+                r++, n++;
+            }
+            for (; r % 8; r++)
+                if (bad_row < 0 && (rsrc[r] != -1 || rdst[r] != -1 || rw[r] != 0.f)) bad_row = r;
+            for (int i = 0; i < (n + 7) / 8; i++, slot++)
+                if (bad_slot < 0 && te[slot] != e) bad_slot = slot;
+        }
+        for (int sl = slot; sl < n_slots; sl++) {
+            if (bad_slot < 0 && te[sl] != -1) bad_slot = sl;
+            for (int r = sl * 8; r < sl * 8 + 8; r++)
+                if (bad_row < 0 && (rsrc[r] != -1 || rdst[r] != -1 || rw[r] != 0.f)) bad_row = r;
+        }
+        CHECK(bad_slot < 0, "%s %s: slot %d expert %d", c->name, pn, bad_slot,
+              te[bad_slot < 0 ? 0 : bad_slot]);
+        CHECK(bad_row < 0, "%s %s: row %d src %d dst %d w %g", c->name, pn, bad_row,
+              rsrc[bad_row < 0 ? 0 : bad_row], rdst[bad_row < 0 ? 0 : bad_row],
+              rw[bad_row < 0 ? 0 : bad_row]);
+    }
+    printf("%s: m %d, E %d, k %d, %s%s\n", c->name, m, E, k, c->scoring ? "softmax" : "sigmoid",
+           c->norm_topk ? ", renormalized" : "");
+
+    cudaFree(d_router), cudaFree(d_bias), cudaFree(d_logits), cudaFree(d_w), cudaFree(d_rw);
+    cudaFree(d_x), cudaFree(d_planes), cudaFree(d_xp), cudaFree(d_ids), cudaFree(d_te);
+    cudaFree(d_rsrc), cudaFree(d_rdst), cudaFree(d_scr);
+    free(router), free(bias), free(x), free(planes), free(logit), free(wref), free(idref);
+    free(ids), free(te), free(rsrc), free(rdst), free(w), free(rw), free(cv), free(av);
+}
+#endif
+
+int main(void)
+{
+    if (fp4_gpu_device_count() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 0;
+    }
+#ifdef FP4MOE_WITH_CUDA
+    static const route_case cases[] = {
+        {"ties, one token", 1, 128, 8, 0, 1, 2.5f, -1, -1},
+        {"ties, NaN expert", 7, 128, 8, 0, 1, 1.0f, 3, -1},
+        {"NaN token", 5, 128, 8, 0, 1, 1.0f, -1, 2},
+        {"32 tokens", 32, 128, 8, 0, 1, 2.5f, 40, -1},
+        {"64 tokens, top-4", 64, 128, 4, 0, 1, 1.0f, -1, -1},
+        {"softmax, k 40", 3, 64, 40, 1, 0, 1.5f, -1, -1},
+        {"softmax, 256 experts", 9, 256, 8, 1, 1, 1.0f, -1, 4},
+    };
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(fp4_moe_route_init());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], st);
+    CK(cudaStreamDestroy(st));
+#endif
+    return check_done();
+}
