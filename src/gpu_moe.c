@@ -153,6 +153,7 @@ struct fp4_gpu_moe {
     float *sh_g13, *sh_g2;                  /* [2], [1] */
     uint16_t *sh_b13, *sh_b2;               /* shared bf16 [2Is][H], [H][Is] */
     int dec_slot_force;                     /* fp4_gpu_moe_set_dec_slot_tokens: 8, 16, 32; 0 */
+    int n_sm;                               /* the device's multiprocessors (decode RT rule) */
 };
 
 typedef struct gpu_ws {
@@ -493,9 +494,15 @@ fp4moe_status fp4_gpu_moe_create(const fp4_arch *a, const fp4_moe_weights *w,
     if (fp4_sm90_wgmma_gemm_init() != cudaSuccess)
         (void)cudaGetLastError();
 
+    int dev = 0, n_sm = 0;
+    if ((err = cudaGetDevice(&dev)) != cudaSuccess ||
+        (err = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+        return cuda_fail(e, err, "multiprocessor count query");
+
     fp4_gpu_moe *g = calloc(1, sizeof *g);
     if (!g) return fp4_fail(e, FP4MOE_ERR_OUT_OF_MEMORY, "GPU MoE: handle");
     g->arch = *a;
+    g->n_sm = n_sm;
     g->n_experts = E, g->hidden = H, g->inter = I, g->topk = k;
     g->has_shared = w->has_shared, g->shared_inter = w->has_shared ? w->shared_inter : 0;
     int is = g->shared_inter;
@@ -599,9 +606,11 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     if (prologue_only) return FP4MOE_OK;
     int active = fp4_dec_active_slots(m, k, E, l->tile_t);
     if (active > l->n_slots) active = l->n_slots;
-    /* Two m16 tiles per warp halve the activation re-reads once slots hold several tokens
-     * (m k >= 2 E: two or more per expert on average); one keeps more blocks at M = 1. */
-    int rt = (long long)m * k >= 2LL * E ? 2 : 1;
+    /* Two m16 tiles per warp (RT 2) halve the activation re-reads and the FC1 blocks: taken
+     * while FC1 keeps 3 blocks per SM with them. H200 (132 SMs), I = 384, whole layer, RT 2
+     * against RT 1 (bench/NOTES.md twelfth session): 120 and 216 FC1 blocks (M=1 top-4 /
+     * top-8) +11% / +4.7%; 432 (top-8 M=2) -1.7%; 864 -0.5 / +0.9%; top-8 M=8 / 16 -4 / -8%. */
+    int rt = (long long)active * ((I / 8 + 1) / 2) >= 3LL * g->n_sm ? 2 : 1;
 
     fp4_dec_gemm_args p;
     memset(&p, 0, sizeof p);
