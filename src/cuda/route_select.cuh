@@ -27,8 +27,8 @@ static __device__ __forceinline__ void route_bias_lane(float (&bv)[FP4_ROUTE_LAN
     }
 }
 
-/* A score as an unsigned key in the order of route_better: larger score, larger key; -0 as
- * +0; 0 for NaN (never chosen while a number is left). */
+/* A score as an unsigned key in the routing order: larger score, larger key (ties are then
+ * broken by id); -0 as +0; 0 for NaN (never chosen while a number is left). */
 static __device__ __forceinline__ uint32_t route_key(float s)
 {
     uint32_t u = __float_as_uint(s);
