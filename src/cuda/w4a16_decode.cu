@@ -761,8 +761,11 @@ static_assert(FP4_DEC_ROUTE_MAX_M % (TG_THREADS / 32) == 0, "whole token rounds 
  * loads, the mask reset and the emptying of every padded row (the kernel before waits for
  * its own predecessor before it lets this one launch, so no earlier kernel still reads the
  * rows). Each warp keeps its tokens' first 32 choices in registers for the scatter. A token
- * whose scores are all NaN chooses expert 0 k times (route_select.cuh); the rank being per
- * token, those pairs share one row, whose weight is NaN: the token's output is NaN either way. */
+ * left with fewer than k non-NaN scores takes expert 0 for each missing choice
+ * (route_select.cuh); the rank being per token, its repeated pairs share one row. All scores
+ * NaN: that row's weight is NaN, and so is the token's output. Only some NaN (NaN logits or
+ * biases): the lost pairs' rows are never written and the combine adds stale values, a known
+ * defect (as before the rewrite); branch next/route-dup-rows groups by pair counts then. */
 __global__ void __launch_bounds__(TG_THREADS)
 fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
                           int m, int n_experts, int k, int scoring, int norm_topk,
