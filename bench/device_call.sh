@@ -2,7 +2,8 @@
 # One device call of a session (run from the repository root on the GPU machine):
 #   OUT=... bash bench/device_call.sh STEPS
 # STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario), gpumoe (test_gpu_moe
-# of build-dev alone), sanitize (its small cases under memcheck and racecheck), ab:LIST[:T] (A/B
+# of build-dev alone), test:NAME (the test binary NAME of build-dev alone), sanitize (the small
+# cases of test_gpu_moe and test_gpu_route under memcheck and racecheck), ab:LIST[:T] (A/B
 # of build-dev, or the build AB_NEW names, against build-base, or the build AB_BASE names, on
 # bench/problems_LIST.txt, AB_PASSES default 3; T: the new build runs with
 # --dec-slot-tokens T), prof:LIST
@@ -21,6 +22,9 @@ for st in "${steps[@]}"; do
   tests) OUT="$R" bash bench/run_device.sh build-dev tests,scenario > "$R/run.log" 2>&1 ;;
   gpumoe) (cd build-dev && LD_LIBRARY_PATH=. timeout 300 ./test_gpu_moe) > "$R/gpumoe.log" 2>&1
     echo "test_gpu_moe rc=$? $(tail -n 1 "$R/gpumoe.log")" ;;
+  test:*) t="${st#test:}" # one test binary of build-dev
+    (cd build-dev && LD_LIBRARY_PATH=. timeout 300 "./$t") > "$R/$t.log" 2>&1
+    echo "$t rc=$? $(tail -n 1 "$R/$t.log")"; grep '^FAIL' "$R/$t.log" | head -5 ;;
   sanitize) OUT="$R" bash bench/run_device.sh build-dev sanitize > "$R/sanitize.log" 2>&1
     grep -E '^(memcheck|racecheck):' "$R/sanitize.log" ;;
   ab:*) l="${st#ab:}"; t=""; case "$l" in *:*) t="${l#*:}"; l="${l%%:*}" ;; esac

@@ -52,18 +52,17 @@ fi
 if want tests || want sanitize; then
 step "compute-sanitizer memcheck and racecheck (small cases)"
 if command -v compute-sanitizer >/dev/null; then
-  echo "==== compute-sanitizer memcheck" >> "$TL"
-  t0=$SECONDS
-  (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 ./test_gpu_moe) \
-    > /tmp/fp4moe-memcheck.log 2>&1 && echo "memcheck: clean ($((SECONDS-t0)) s)" || { echo "memcheck: FAIL"; fails=$((fails+1)); }
-  cat /tmp/fp4moe-memcheck.log >> "$TL"
-  tail -n 2 /tmp/fp4moe-memcheck.log
-  echo "==== compute-sanitizer racecheck" >> "$TL"
-  t0=$SECONDS
-  (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 ./test_gpu_moe) \
-    > /tmp/fp4moe-racecheck.log 2>&1 && echo "racecheck: clean ($((SECONDS-t0)) s)" || { echo "racecheck: FAIL"; fails=$((fails+1)); }
-  cat /tmp/fp4moe-racecheck.log >> "$TL"
-  tail -n 2 /tmp/fp4moe-racecheck.log
+  # test_gpu_moe's small cases (every kernel) and test_gpu_route (the routers' shared memory)
+  for t in test_gpu_moe test_gpu_route; do
+    for tool in memcheck racecheck; do
+      echo "==== compute-sanitizer $tool $t" >> "$TL"
+      t0=$SECONDS
+      (cd "$B" && FP4MOE_GPU_TEST_SMALL=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 ./$t) \
+        > /tmp/fp4moe-$tool.log 2>&1 && echo "$tool: clean ($t, $((SECONDS-t0)) s)" || { echo "$tool: FAIL ($t)"; fails=$((fails+1)); }
+      cat /tmp/fp4moe-$tool.log >> "$TL"
+      tail -n 2 /tmp/fp4moe-$tool.log
+    done
+  done
 fi
 
 fi
