@@ -47,6 +47,8 @@
 #ifdef FP4MOE_WITH_CUDA /* everything but the SKIP path needs the CUDA runtime */
 #include <cuda_runtime_api.h>
 
+#include "gpu/cuda_check.h"
+
 #define REL_TOL 1e-2     /* bf16 operands: 1e-3..1e-2 (DESIGN.md section 6) */
 #define TIE_TOL 1e-5     /* selection scores this close count as tied */
 #define W_TOL 1e-4       /* routing weights (fp32 on GPU vs double in the reference) */
@@ -189,16 +191,6 @@ static void set_arch(fp4_arch *a, const fp4_moe_weights *w, int topk, int oai, i
         bias[e - 1] = -100.f;
     }
 }
-
-#define CK(call)                                                                        \
-    do {                                                                                \
-        cudaError_t err_ = (call);                                                      \
-        if (err_ != cudaSuccess) {                                                      \
-            fprintf(stderr, "test_gpu_moe: %s failed: %s (%s:%d)\n", #call,             \
-                    cudaGetErrorString(err_), __FILE__, __LINE__);                      \
-            exit(2);                                                                    \
-        }                                                                               \
-    } while (0)
 
 /* Selection score of expert j for bf16 token x (double, like the reference). */
 static double sel_score(const fp4_arch *a, const fp4_moe_weights *w, const float *x, int j)

@@ -25,6 +25,7 @@
 #ifdef FP4MOE_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "gpu/cuda_check.h"
 #include "cuda/moe_route.cuh"
 #include "cuda/w4a16_decode.cuh"
 
@@ -32,22 +33,6 @@
 #define W_TOL 1e-5 /* routing weights: fp32 expf on the GPU against double */
 
 static int near_ties; /* distinct reference scores closer than 1e-5 (the inputs' fault) */
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t err_ = (call);                                                                 \
-        if (err_ != cudaSuccess) {                                                                 \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_));   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static uint16_t bf16_of(float f) /* exact for the values used here */
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)(u >> 16);
-}
 
 typedef struct route_case {
     const char *name;
@@ -120,7 +105,8 @@ static void run_case(const route_case *c, cudaStream_t st)
     static const double a_set[] = {1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.25, 1.5};
     for (int t = 0; t < m; t++) {
         av[t] = a_set[(t * 3 + 1) % 8];
-        for (int i = 0; i < H; i++) x[(size_t)t * H + i] = bf16_of((float)(av[t] * u[i]));
+        for (int i = 0; i < H; i++) /* exact in bf16 */
+            x[(size_t)t * H + i] = fp4moe_bf16_from_float((float)(av[t] * u[i]));
         if (t == c->nan_token) x[(size_t)t * H + 5] = 0x7fc0;
     }
     for (int t = 0; t < m; t++) {
