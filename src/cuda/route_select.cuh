@@ -43,8 +43,9 @@ static __device__ __forceinline__ uint32_t route_key(float s)
  * Each round: the lane's best untaken expert as a key, the warp's largest key and then its
  * lowest id among the lanes that hold it (two redux.sync, no shuffle tree). Writes ids_t[0, k)
  * in selection order and w_t[0, k); lane s < 32 also returns choice s in sel_id / sel_w.
- * Ordered for the whole warp on return. */
-static __device__ __forceinline__ void route_select_warp(float (&pv)[FP4_ROUTE_LANE_EXPERTS],
+ * Ordered for the whole warp on return. Returns the rounds that found no number left and took
+ * expert 0 (then ids may repeat), the same on every lane. */
+static __device__ __forceinline__ int route_select_warp(float (&pv)[FP4_ROUTE_LANE_EXPERTS],
                                                          const float (&bv)[FP4_ROUTE_LANE_EXPERTS],
                                                          int n_experts, int k, int scoring,
                                                          int norm_topk, float scaling,
@@ -77,6 +78,7 @@ static __device__ __forceinline__ void route_select_warp(float (&pv)[FP4_ROUTE_L
     for (int j = 0; j < J; j++) /* 0: no expert, or taken (NaN scores rank with them) */
         key[j] = lane + 32 * j < n_experts ? route_key(pv[j] + bv[j]) : 0u;
     float chosen_sum = 0.f;
+    int fallbacks = 0;
     sel_id = 0, sel_w = 0.f;
     for (int s = 0; s < k; s++) {
         uint32_t lk = 0u;
@@ -95,6 +97,7 @@ static __device__ __forceinline__ void route_select_warp(float (&pv)[FP4_ROUTE_L
                                                                              : 0x7fffffffu)
                             : 0;
         const float bp = __shfl_sync(0xffffffffu, best ? lp : pv[0], bi & 31);
+        fallbacks += !best;
         if ((bi & 31) == lane)
 #pragma unroll
             for (int j = 0; j < J; j++)
@@ -109,6 +112,7 @@ static __device__ __forceinline__ void route_select_warp(float (&pv)[FP4_ROUTE_L
     __syncwarp();
     for (int s = 32 + lane; s < k; s += 32) w_t[s] *= f;
     __syncwarp();
+    return fallbacks;
 }
 
 #endif /* FP4MOE_ROUTE_SELECT_CUH */

@@ -760,12 +760,12 @@ static_assert(FP4_DEC_ROUTE_MAX_M % (TG_THREADS / 32) == 0, "whole token rounds 
  * A latency chain, so whatever does not need the logits runs before the PDL wait: the bias
  * loads, the mask reset and the emptying of every padded row (the kernel before waits for
  * its own predecessor before it lets this one launch, so no earlier kernel still reads the
- * rows). Each warp keeps its tokens' first 32 choices in registers for the scatter. A token
- * left with fewer than k non-NaN scores takes expert 0 for each missing choice
- * (route_select.cuh); the rank being per token, its repeated pairs share one row. All scores
- * NaN: that row's weight is NaN, and so is the token's output. Only some NaN (NaN logits or
- * biases): the lost pairs' rows are never written and the combine adds stale values, a known
- * defect (as before the rewrite); branch next/route-dup-rows groups by pair counts then. */
+ * rows). Each warp keeps its tokens' first 32 choices in registers for the scatter, whose
+ * place for a pair is its token's rank among the expert's tokens. A token left with fewer
+ * than k non-NaN scores takes expert 0 for each missing choice (route_select.cuh), so its ids
+ * repeat and a rank per token no longer gives each pair a row: if any token fell back, the
+ * block groups by pair counts instead (group_pairs; the order inside a segment is then that
+ * of shared-memory atomics). */
 __global__ void __launch_bounds__(TG_THREADS)
 fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
                           int m, int n_experts, int k, int scoring, int norm_topk,
@@ -775,10 +775,12 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
 {
     __shared__ unsigned long long tmask[FP4_DEC_MAX_EXPERTS]; /* bit t: token t chose e */
     __shared__ int tstart[FP4_DEC_MAX_EXPERTS + 1];
+    __shared__ int fell_back; /* some token took expert 0 for a missing choice */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;
     float bv[J];
     route_bias_lane(bv, bias, n_experts);
+    if (tid == 0) fell_back = 0;
     for (int e = tid; e < n_experts; e += TG_THREADS) tmask[e] = 0ull;
     for (int r = tid; r < n_slots * FP4_DEC_TILE_T; r += TG_THREADS) {
         row_src[r] = -1;
@@ -801,12 +803,19 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
             int e = lane + 32 * j;
             pv[j] = e < n_experts ? logits[(size_t)t * n_experts + e] : 0.f;
         }
-        route_select_warp(pv, bv, n_experts, k, scoring, norm_topk, scaling, ids + (size_t)t * k,
-                          w + (size_t)t * k, sel_id[i], sel_w[i]);
+        if (route_select_warp(pv, bv, n_experts, k, scoring, norm_topk, scaling,
+                              ids + (size_t)t * k, w + (size_t)t * k, sel_id[i], sel_w[i]) &&
+            lane == 0)
+            fell_back = 1;
         if (lane < k) atomicOr(&tmask[sel_id[i]], 1ull << t);
         for (int s = 32 + lane; s < k; s += 32) atomicOr(&tmask[ids[(size_t)t * k + s]], 1ull << t);
     }
-    __syncthreads(); /* the masks of all tokens */
+    __syncthreads(); /* the masks of all tokens; ids / w written by this block */
+    if (fell_back) { /* repeated ids: rows by pair counts (rows emptied again, harmless) */
+        group_pairs(ids, w, m * k, k, n_experts, n_slots, FP4_DEC_TILE_T, tile_expert, row_src,
+                    row_dst, row_w);
+        return;
+    }
     scan_tiles(tid < n_experts ? (__popcll(tmask[tid]) + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T
                                : 0,
                n_experts, tstart);

@@ -3,14 +3,18 @@
  * expected top-k is known bit for bit: the decode router with its grouping
  * (fp4_dec_route_prep: logits kernel + one top-k / grouping block) and the tensor-core router
  * (fp4_moe_route). Router row e is c_e u / 256 and token t's x is a_t u (u a fixed +-1 vector,
- * H = 256), so every logit is c_e a_t exactly in fp32 on either path. Many experts share c_e
- * (and their bias), so exact ties are everywhere and must go to the lower id; one expert's
- * row holds a NaN (never chosen); one token's x holds a NaN (every score NaN: expert 0, k
- * times); k = 40 (> 32) and softmax scoring without renormalization are covered too. The
- * reference ranks in double (the ties are exact there as well). The decode router's slot
- * table and rows are checked against a grouping rebuilt from the expected ids: experts in
- * id order, each in ceil(count / 8) slots of 8 rows in token order, a row's weight the
- * pair's (bit for bit), padded rows empty.
+ * H = 256), so every logit is c_e a_t exactly in fp32 on either path. c_e and the bias depend
+ * on e mod 16 only, so exact ties are everywhere, between lanes and inside one (e, e + 32),
+ * and must go to the lower id; a bias of -0.625 makes scores negative. Also: one expert's row
+ * holds a NaN (never chosen); one token's x holds a NaN (every score NaN: expert 0, k times);
+ * NaN biases on all but four experts, one of them -inf (chosen last; the missing choices take
+ * expert 0 again, with a finite weight); E = 100 (lanes past E); k = 40 (> 32); softmax;
+ * scaling with and without renormalization. The reference ranks in double (the ties are
+ * exact there as well). The decode router's slot table and rows are checked against a
+ * grouping rebuilt from the expected ids: experts in id order, each in ceil(pairs / 8) slots
+ * of 8 rows, its rows exactly its pairs (source token, pair index, the pair's weight bit for
+ * bit), in token order where no id repeats, padded rows empty. Outputs are poisoned with
+ * non-NaN values first, so an unwritten entry cannot pass as a NaN.
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  */
 #include <math.h>
@@ -40,6 +44,7 @@ typedef struct route_case {
     float scaling;
     int nan_expert; /* its router row holds a NaN, or -1 */
     int nan_token;  /* its x holds a NaN, or -1 */
+    int nan_bias;   /* 1: bias NaN except experts 0, 1, 2 and 5 (-inf) */
 } route_case;
 
 /* Expected ids / w of one token by the routing rule, in double. */
@@ -96,9 +101,12 @@ static void run_case(const route_case *c, cudaStream_t st)
     double *cv = malloc((size_t)E * 8), *av = malloc((size_t)m * 8);
     signed char u[H];
     for (int i = 0; i < H; i++) u[i] = ((i * 7 + 3) % 5) < 2 ? -1 : 1;
-    for (int e = 0; e < E; e++) { /* 23 values of c, each shared by several experts */
-        cv[e] = (double)((e * 37) % 23 - 11) / 16.0;
-        bias[e] = (float)(((e * 5) % 3) * 0.125); /* groups of equal c and bias tie */
+    static const float b_set[] = {0.f, 0.125f, -0.625f};
+    for (int e = 0; e < E; e++) { /* 16 classes by e mod 16: ties across and inside lanes */
+        const int cls = (e * 5) % 16;
+        cv[e] = (double)(cls - 8) / 16.0;
+        bias[e] = b_set[cls % 3];
+        if (c->nan_bias && e > 2) bias[e] = e == 5 ? -INFINITY : NAN;
         for (int i = 0; i < H; i++) router[(size_t)e * H + i] = (float)(cv[e] * u[i] / 256.0);
     }
     if (c->nan_expert >= 0) router[(size_t)c->nan_expert * H + 17] = NAN;
@@ -147,12 +155,12 @@ static void run_case(const route_case *c, cudaStream_t st)
     for (int path = 0; path < 2; path++) {
         const char *pn = path ? "tensor-core router" : "decode router";
         /* poison the outputs: every entry the kernels own must be written */
-        CK(cudaMemset(d_ids, 0x7f, (size_t)pairs * 4));
-        CK(cudaMemset(d_w, 0xff, (size_t)pairs * 4));
+        CK(cudaMemset(d_ids, 0x7f, (size_t)pairs * 4)); /* 0x7f7f7f7f: no id, no NaN */
+        CK(cudaMemset(d_w, 0x7f, (size_t)pairs * 4));
         CK(cudaMemset(d_te, 0x7f, (size_t)n_slots * 4));
         CK(cudaMemset(d_rsrc, 0x7f, (size_t)rows * 4));
         CK(cudaMemset(d_rdst, 0x7f, (size_t)rows * 4));
-        CK(cudaMemset(d_rw, 0xff, (size_t)rows * 4));
+        CK(cudaMemset(d_rw, 0x7f, (size_t)rows * 4));
         cudaError_t err =
             path ? fp4_moe_route(d_x, d_planes, d_bias, m, H, E, k, c->scoring, c->norm_topk,
                                  c->scaling, d_scr, scr, d_ids, d_w, st)
@@ -180,28 +188,28 @@ static void run_case(const route_case *c, cudaStream_t st)
         CK(cudaMemcpy(rsrc, d_rsrc, (size_t)rows * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(rdst, d_rdst, (size_t)rows * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(rw, d_rw, (size_t)rows * 4, cudaMemcpyDeviceToHost));
-        int slot = 0, bad_slot = -1, bad_row = -1;
+        /* per expert: its pairs in (token, pair) order; its segment's rows must be exactly
+         * them, in that order unless an id repeats (then in any order: group_pairs) */
+        int slot = 0, bad_slot = -1, bad_row = -1, repeats = 0;
+        for (int q = 0; q < pairs; q++)
+            for (int q2 = q - q % k; q2 < q; q2++) repeats += idref[q2] == idref[q];
         for (int e = 0; e < E; e++) {
-            int r = slot * 8, n = 0;
-            for (int t = 0; t < m; t++) {
-                /* one row per token and expert; a token whose scores are all NaN chose
-                 * expert 0 k times: one row, any of those pairs (the rank is per token) */
-                int hit = 0, dst_ok = 0;
-                for (int s = 0; s < k; s++)
-                    if (idref[t * k + s] == e) {
-                        hit = 1;
-                        if (rdst[r] == t * k + s) dst_ok = 1;
-                    }
-                if (!hit) continue;
-                if (bad_row < 0 &&
-                    (rsrc[r] != t || !dst_ok ||
-                     memcmp(&rw[r], &w[rdst[r] >= 0 && rdst[r] < pairs ? rdst[r] : 0], 4)))
-                    bad_row = r;
-                r++, n++;
+            int cnt = 0, n = 0;
+            const int r0 = slot * 8;
+            for (int q = 0; q < pairs; q++) cnt += idref[q] == e;
+            for (int q = 0; q < pairs; q++) {
+                if (idref[q] != e) continue;
+                int r = repeats ? -1 : r0 + n; /* the row that holds pair q */
+                for (int x = r0; repeats && x < r0 + cnt; x++)
+                    if (rdst[x] == q) r = x;
+                if (bad_row < 0 && (r < 0 || rsrc[r] != q / k || rdst[r] != q ||
+                                    memcmp(&rw[r], &w[q], 4)))
+                    bad_row = r < 0 ? r0 + n : r;
+                n++;
             }
-            for (; r % 8; r++)
+            for (int r = r0 + cnt; r < r0 + (cnt + 7) / 8 * 8; r++)
                 if (bad_row < 0 && (rsrc[r] != -1 || rdst[r] != -1 || rw[r] != 0.f)) bad_row = r;
-            for (int i = 0; i < (n + 7) / 8; i++, slot++)
+            for (int i = 0; i < (cnt + 7) / 8; i++, slot++)
                 if (bad_slot < 0 && te[slot] != e) bad_slot = slot;
         }
         for (int sl = slot; sl < n_slots; sl++) {
@@ -234,13 +242,16 @@ int main(void)
     }
 #ifdef FP4MOE_WITH_CUDA
     static const route_case cases[] = {
-        {"ties, one token", 1, 128, 8, 0, 1, 2.5f, -1, -1},
-        {"ties, NaN expert", 7, 128, 8, 0, 1, 1.0f, 3, -1},
-        {"NaN token", 5, 128, 8, 0, 1, 1.0f, -1, 2},
-        {"32 tokens", 32, 128, 8, 0, 1, 2.5f, 40, -1},
-        {"64 tokens, top-4", 64, 128, 4, 0, 1, 1.0f, -1, -1},
-        {"softmax, k 40", 3, 64, 40, 1, 0, 1.5f, -1, -1},
-        {"softmax, 256 experts", 9, 256, 8, 1, 1, 1.0f, -1, 4},
+        {"ties, one token", 1, 128, 8, 0, 1, 2.5f, -1, -1, 0},
+        {"ties, NaN expert", 7, 128, 8, 0, 0, 1.0f, 3, -1, 0},
+        {"NaN token", 5, 128, 8, 0, 1, 1.0f, -1, 2, 0},
+        {"NaN biases", 4, 128, 8, 0, 1, 2.5f, -1, -1, 1},
+        {"32 tokens", 32, 128, 8, 0, 1, 2.5f, 40, -1, 0},
+        {"64 tokens, top-4", 64, 128, 4, 0, 1, 1.0f, -1, -1, 0},
+        {"100 experts", 5, 100, 6, 0, 1, 1.0f, -1, -1, 0},
+        {"softmax, k 40", 3, 64, 40, 1, 1, 1.5f, -1, -1, 0},
+        {"softmax, k 40, no renormalization", 3, 64, 40, 1, 0, 1.5f, -1, -1, 0},
+        {"softmax, 256 experts", 9, 256, 8, 1, 1, 1.0f, -1, 4, 0},
     };
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
