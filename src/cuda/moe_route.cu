@@ -15,10 +15,14 @@
  *     (from M, so that small M still fills the GPU) go to scratch [S][M][E].
  *   - fp4_route_topk_kernel: a warp per token sums the S partials pairwise in q order, then
  *     scores and top-k.
+ * From ROUTE_WG_MIN_M tokens on, on sm_90a with H % 64 == 0, the logits come from the wgmma
+ * kernel of route_logits_sm90.cu instead (128 experts x 256 tokens a block, one block per SM:
+ * the planes read once per 256 tokens), with the same partials and the same top-k kernel.
  * Limits: E <= 256, H <= 16384 and H % 32 == 0; the 64-expert tile wastes work for E < 64.
  */
 #include "moe_route.cuh"
 #include "device_util.cuh"
+#include "route_logits_sm90.cuh"
 #include "route_select.cuh"
 
 #define ROUTE_TM 64             /* tokens per logits block */
@@ -35,25 +39,42 @@
 #define ROUTE_SMEM (ROUTE_STAGES * ROUTE_STAGE_BYTES)
 #define ROUTE_COPIES (ROUTE_ROWS * (ROUTE_KC / 8) / ROUTE_THREADS) /* 16-byte copies a thread */
 #define ROUTE_TOPK_WARPS 8
+#define ROUTE_WG_MIN_M 512       /* tokens from which the wgmma logits kernel serves: the
+                                    prologue at top-8 (bench/NOTES.md, thirteenth session) was
+                                    +3 us at 64-128 tokens, +1.2 at 224, -2.5 at 512, -52 at 4096 */
+#define ROUTE_WG_TARGET_BLOCKS 128 /* its blocks wanted before splitting k (1 per SM) */
 
-/* K split S (power of two, <= 32) for m tokens: the smallest that gives the logits grid
- * ROUTE_TARGET_BLOCKS blocks. Depends on m and E only, so graphs stay valid per m. */
-static int route_split(int m, int n_experts)
+/* The one rule for the logits kernel: wgmma from ROUTE_WG_MIN_M tokens on where it can run. */
+extern "C" int fp4_moe_route_uses_wgmma(int m, int h)
 {
-    long long tiles = (long long)((n_experts + ROUTE_TE - 1) / ROUTE_TE) *
-                      ((m + ROUTE_TM - 1) / ROUTE_TM);
+    return m >= ROUTE_WG_MIN_M && h % 64 == 0 && fp4_route_logits_sm90_ready();
+}
+
+/* K split S (power of two, <= 32) of a logits grid of tiles blocks: the smallest that gives it
+ * target blocks. Depends on m and E only, so graphs stay valid per m. */
+static int route_split(long long tiles, int target)
+{
     int s = 1;
-    while (s < ROUTE_MAX_SPLIT && tiles * s < ROUTE_TARGET_BLOCKS) s *= 2;
+    while (s < ROUTE_MAX_SPLIT && tiles * s < target) s *= 2;
     return s;
 }
 
-/* A bound on route_split(m, E) * m rows that never decreases with m (callers size the
- * workspace for their largest m): S * m <= 32 m always, and for S > 1 the split stopped at
- * S * tiles < 2 * TARGET, so S * m <= S * TM * ceil(m / TM) < 2 * TARGET * TM / ceil(E / TE). */
+static long long route_tiles(int m, int n_experts, int tm, int te)
+{
+    return (long long)((n_experts + te - 1) / te) * ((m + tm - 1) / tm);
+}
+
+/* A bound on S * m rows of partials that never decreases with m (callers size the workspace
+ * for their largest m), for either kernel: S * m <= 32 m always, and for S > 1 the split
+ * stopped at S * tiles < 2 * target, so S * m <= S * TM * ceil(m / TM) < 2 * target * TM /
+ * ceil(E / TE). */
 extern "C" size_t fp4_moe_route_scratch_bytes(int m, int n_experts)
 {
     if (m < 1 || n_experts < 1) return 0;
     long long cap = 2LL * ROUTE_TARGET_BLOCKS * ROUTE_TM / ((n_experts + ROUTE_TE - 1) / ROUTE_TE);
+    long long cap_wg = 2LL * ROUTE_WG_TARGET_BLOCKS * FP4_RW_TOKENS /
+                       ((n_experts + FP4_RW_EXPERTS - 1) / FP4_RW_EXPERTS);
+    if (cap_wg > cap) cap = cap_wg;
     long long rows = m > cap ? m : cap;
     if (rows > (long long)ROUTE_MAX_SPLIT * m) rows = (long long)ROUTE_MAX_SPLIT * m;
     return (size_t)rows * (size_t)n_experts * sizeof(float);
@@ -198,6 +219,8 @@ fp4_route_topk_kernel(const float *__restrict__ part, const float *__restrict__ 
 
 extern "C" cudaError_t fp4_moe_route_init(void)
 {
+    /* the wgmma kernel exists only on sm_90: elsewhere its init fails and it never serves */
+    if (fp4_route_logits_sm90_init() != cudaSuccess) (void)cudaGetLastError();
     return cudaFuncSetAttribute(fp4_route_logits_kernel,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 ROUTE_SMEM);
@@ -214,13 +237,22 @@ extern "C" cudaError_t fp4_moe_route(const uint16_t *x, const uint16_t *planes, 
         k > n_experts || scratch_bytes < fp4_moe_route_scratch_bytes(m, n_experts) ||
         ((uintptr_t)planes & 15) || ((uintptr_t)x & 15))
         return cudaErrorInvalidValue;
-    const int s = route_split(m, n_experts);
     float *part = (float *)scratch;
-    dim3 grid((unsigned)((n_experts + ROUTE_TE - 1) / ROUTE_TE),
-              (unsigned)((m + ROUTE_TM - 1) / ROUTE_TM), (unsigned)s);
-    fp4_route_logits_kernel<<<grid, ROUTE_THREADS, ROUTE_SMEM, stream>>>(x, planes, m, h,
-                                                                         n_experts, s, part);
-    cudaError_t err = cudaGetLastError();
+    cudaError_t err;
+    int s;
+    if (fp4_moe_route_uses_wgmma(m, h)) {
+        s = route_split(route_tiles(m, n_experts, FP4_RW_TOKENS, FP4_RW_EXPERTS),
+                        ROUTE_WG_TARGET_BLOCKS);
+        while (s > h / 64) s /= 2; /* every split at least one K tile */
+        err = fp4_route_logits_sm90(x, planes, m, h, n_experts, s, part, stream);
+    } else {
+        s = route_split(route_tiles(m, n_experts, ROUTE_TM, ROUTE_TE), ROUTE_TARGET_BLOCKS);
+        dim3 grid((unsigned)((n_experts + ROUTE_TE - 1) / ROUTE_TE),
+                  (unsigned)((m + ROUTE_TM - 1) / ROUTE_TM), (unsigned)s);
+        fp4_route_logits_kernel<<<grid, ROUTE_THREADS, ROUTE_SMEM, stream>>>(x, planes, m, h,
+                                                                             n_experts, s, part);
+        err = cudaGetLastError();
+    }
     if (err != cudaSuccess) return err;
     const unsigned tb = (unsigned)((m + ROUTE_TOPK_WARPS - 1) / ROUTE_TOPK_WARPS);
 #define ROUTE_TOPK(S)                                                                      \

@@ -15,8 +15,13 @@ extern "C" {
 
 #define FP4_ROUTE_MAX_EXPERTS 256
 
-/* One-time setup (raises the dynamic shared-memory limit of the logits kernel). */
+/* One-time setup (raises the dynamic shared-memory limit of the logits kernels; the wgmma
+ * one only on sm_90). */
 cudaError_t fp4_moe_route_init(void);
+
+/* 1 when fp4_moe_route computes m tokens' logits (hidden size h) with the wgmma kernel
+ * (route_logits_sm90.cuh) on the current device, 0 with the mma.sync one. */
+int fp4_moe_route_uses_wgmma(int m, int h);
 
 /* Device scratch fp4_moe_route needs for m tokens and E experts (partial logits): a bound
  * that never decreases with m, min(32 m, max(m, 32768 / ceil(E / 64))) * E floats. */

@@ -39,10 +39,7 @@
 
 #include "sm90_w4a16_wgmma.cuh"
 #include "device_util.cuh"
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FP4_WG_SM90 1
-#endif
+#include "wgmma_util.cuh"
 
 #define WG_THREADS 256
 #define WG_BK 64                       /* K per tile */
@@ -59,44 +56,6 @@
                                           16- and 24-token bodies too */
 
 #ifdef FP4_WG_SM90
-
-/* Orders this thread's generic-proxy shared-memory writes (cp.async included) before later
- * async-proxy reads (wgmma operands); a barrier after it publishes them to the warpgroups. */
-static __device__ __forceinline__ void fence_proxy_async(void)
-{
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_fence(void)
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit(void)
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-template <int N> static __device__ __forceinline__ void wgmma_wait(void)
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-/* Pins the accumulators at this point of the instruction order: after a wgmma_wait, their
- * reads stay after it (the wait itself names no registers). */
-template <int N> static __device__ __forceinline__ void wg_fence_acc(float *acc)
-{
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(acc[i])::"memory");
-}
-
-/* Shared-memory matrix descriptor: K-major operand, 128-byte swizzle, rows of 128 bytes,
- * 8-row core-matrix groups 1024 bytes apart (SBO), LBO unused (encoded 1). */
-static __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
-{
-    return (uint64_t)((saddr >> 4) & 0x3fffu) | ((uint64_t)1 << 16) | ((uint64_t)64 << 32) |
-           ((uint64_t)1 << 62);
-}
 
 /* D[64 x N] = A[64 x 16] (registers, bf16) * B[16 x N] (shared memory via descriptor)
  * + D when acc_in != 0: wg_mma<N>::run(d, a, desc, acc_in). Operands of the asm: the N / 2
@@ -714,52 +673,28 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 #endif
 }
 
-#define WG_MAX_DEVICES 64
 static int wg_ready[WG_MAX_DEVICES];
-
-static int wg_device_ready(void)
-{
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= WG_MAX_DEVICES) return 0;
-    return wg_ready[dev];
-}
 
 extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
 {
-    int dev = 0, major = 0, minor = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err != cudaSuccess) return err;
-    if (dev < 0 || dev >= WG_MAX_DEVICES) return cudaErrorInvalidDevice;
-    if ((err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) != cudaSuccess ||
-        (err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)) != cudaSuccess)
-        return err;
-    if (major != 9 || minor != 0) return cudaErrorInvalidDeviceFunction;
     const void *kern[6] = {(const void *)fp4_sm90_wgmma_kernel<true>,
                            (const void *)fp4_sm90_wgmma_kernel<false>,
                            (const void *)fp4_sm90_wgmma_res_kernel<false, false>,
                            (const void *)fp4_sm90_wgmma_res_kernel<true, false>,
                            (const void *)fp4_sm90_wgmma_res_kernel<false, true>,
                            (const void *)fp4_sm90_wgmma_res_kernel<true, true>};
-    for (int i = 0; i < 6; i++) {
-        cudaFuncAttributes fa;
-        if ((err = cudaFuncGetAttributes(&fa, kern[i])) != cudaSuccess) return err;
-        if (fa.binaryVersion != 90) return cudaErrorInvalidDeviceFunction; /* no sm_90a SASS */
-        err = cudaFuncSetAttribute(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
-        if (err != cudaSuccess) return err;
-    }
-    wg_ready[dev] = 1;
-    return cudaSuccess;
+    return wg_kernels_init(wg_ready, kern, 6, WG_SMEM);
 }
 
 extern "C" int fp4_sm90_wgmma_gemm_serves(const fp4_mma_gemm_args *p)
 {
-    return p && wg_device_ready() && p->wfmt == FP4_MMA_W_NVFP4 && p->k >= WG_BK &&
+    return p && wg_device_ready(wg_ready) && p->wfmt == FP4_MMA_W_NVFP4 && p->k >= WG_BK &&
            p->k % WG_BK == 0 && p->n >= 64 && p->n % 64 == 0;
 }
 
 extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStream_t stream)
 {
-    if (!wg_device_ready()) return cudaErrorInvalidDeviceFunction;
+    if (!wg_device_ready(wg_ready)) return cudaErrorInvalidDeviceFunction;
     if (!p) return cudaErrorInvalidValue;
     if (p->wfmt != FP4_MMA_W_NVFP4) return cudaErrorNotSupported;
     if (!p->a || !p->out || !p->wq || !p->ws || p->k < WG_BK || p->k % WG_BK || p->n < 64 ||

@@ -2,14 +2,18 @@
  * test_gpu_route.c - the two GPU routers on inputs whose logits are exact, so that the
  * expected top-k is known bit for bit: the decode router with its grouping
  * (fp4_dec_route_prep: logits kernel + one top-k / grouping block) and the tensor-core router
- * (fp4_moe_route). Router row e is c_e u / 256 and token t's x is a_t u (u a fixed +-1 vector,
- * H = 256), so every logit is c_e a_t exactly in fp32 on either path. c_e and the bias depend
+ * (fp4_moe_route, with either logits kernel: mma.sync, or wgmma on sm_90 from some M on).
+ * Router row e is c_e u / 256 and token t's x is a_t u (u a fixed +-1 vector of H = 256 or 288
+ * entries), so every logit is c_e a_t H / 256 exactly in fp32 on either path and any K split. c_e and the bias depend
  * on e mod 16 only, so exact ties are everywhere, between lanes and inside one (e, e + 32),
  * and must go to the lower id; a bias of -0.625 makes scores negative. Also: one expert's row
  * holds a NaN (never chosen); one token's x holds a NaN (every score NaN: expert 0, k times);
  * NaN biases on all but four experts, one of them -inf (chosen last; the missing choices take
  * expert 0 again, with a finite weight); E = 100 (lanes past E); k = 40 (> 32); softmax;
- * scaling with and without renormalization. The reference ranks in double (the ties are
+ * scaling with and without renormalization; 1100-1500 tokens (the decode router stops at
+ * FP4_DEC_ROUTE_MAX_M), where on sm_90 the wgmma logits kernel serves at H = 256 (token
+ * tiles of 256 with a tail, 100, 128 and 256 experts) and the mma.sync one at H = 288 (not a
+ * multiple of 64); on an sm_90 device at least one case must have run each. The reference ranks in double (the ties are
  * exact there as well). The decode router's slot table and rows are checked against a
  * grouping rebuilt from the expected ids: experts in id order, each in ceil(pairs / 8) slots
  * of 8 rows, its rows exactly its pairs (source token, pair index, the pair's weight bit for
@@ -33,7 +37,7 @@
 #include "cuda/moe_route.cuh"
 #include "cuda/w4a16_decode.cuh"
 
-#define H 256
+#define MAX_H 288
 #define W_TOL 1e-5 /* routing weights: fp32 expf on the GPU against double */
 
 static int near_ties; /* distinct reference scores closer than 1e-5 (the inputs' fault) */
@@ -45,7 +49,10 @@ typedef struct route_case {
     int nan_expert; /* its router row holds a NaN, or -1 */
     int nan_token;  /* its x holds a NaN, or -1 */
     int nan_bias;   /* 1: bias NaN except experts 0, 1, 2 and 5 (-inf) */
+    int h;          /* hidden size: 256, or 288 (not a multiple of 64) */
 } route_case;
+
+static int ran_wgmma, ran_mma; /* cases whose tensor-core router ran each logits kernel */
 
 /* Expected ids / w of one token by the routing rule, in double. */
 static void ref_token(const route_case *c, const double *logit, const float *bias, int32_t *ids,
@@ -89,7 +96,8 @@ static int same_w(float got, double want)
 
 static void run_case(const route_case *c, cudaStream_t st)
 {
-    const int m = c->m, E = c->e, k = c->k, pairs = m * k;
+    const int m = c->m, E = c->e, k = c->k, pairs = m * k, H = c->h;
+    const int dec = m <= FP4_DEC_ROUTE_MAX_M; /* the decode router takes this many tokens */
     const int n_slots = (pairs + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T + E, rows = n_slots * 8;
     float *router = malloc((size_t)E * H * 4), *bias = malloc((size_t)E * 4);
     uint16_t *x = malloc((size_t)m * H * 2), *planes = malloc((size_t)3 * E * H * 2);
@@ -99,7 +107,7 @@ static void run_case(const route_case *c, cudaStream_t st)
     int32_t *rsrc = malloc((size_t)rows * 4), *rdst = malloc((size_t)rows * 4);
     float *w = malloc((size_t)pairs * 4), *rw = malloc((size_t)rows * 4);
     double *cv = malloc((size_t)E * 8), *av = malloc((size_t)m * 8);
-    signed char u[H];
+    signed char u[MAX_H];
     for (int i = 0; i < H; i++) u[i] = ((i * 7 + 3) % 5) < 2 ? -1 : 1;
     static const float b_set[] = {0.f, 0.125f, -0.625f};
     for (int e = 0; e < E; e++) { /* 16 classes by e mod 16: ties across and inside lanes */
@@ -119,7 +127,7 @@ static void run_case(const route_case *c, cudaStream_t st)
     }
     for (int t = 0; t < m; t++) {
         for (int e = 0; e < E; e++) {
-            logit[e] = cv[e] * av[t];
+            logit[e] = cv[e] * av[t] * H / 256.0;
             if (e == c->nan_expert || t == c->nan_token) logit[e] = NAN;
         }
         ref_token(c, logit, bias, idref + (size_t)t * k, wref + (size_t)t * k);
@@ -152,8 +160,12 @@ static void run_case(const route_case *c, cudaStream_t st)
     CK(cudaMemcpy(d_x, x, (size_t)m * H * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_planes, planes, (size_t)3 * E * H * 2, cudaMemcpyHostToDevice));
 
-    for (int path = 0; path < 2; path++) {
-        const char *pn = path ? "tensor-core router" : "decode router";
+    const int wg = fp4_moe_route_uses_wgmma(m, H);
+    ran_wgmma += wg, ran_mma += !wg;
+    for (int path = !dec; path < 2; path++) {
+        const char *pn = path ? (wg ? "tensor-core router (wgmma logits)"
+                                    : "tensor-core router (mma.sync logits)")
+                              : "decode router";
         /* poison the outputs: every entry the kernels own must be written */
         CK(cudaMemset(d_ids, 0x7f, (size_t)pairs * 4)); /* 0x7f7f7f7f: no id, no NaN */
         CK(cudaMemset(d_w, 0x7f, (size_t)pairs * 4));
@@ -223,8 +235,9 @@ static void run_case(const route_case *c, cudaStream_t st)
               rsrc[bad_row < 0 ? 0 : bad_row], rdst[bad_row < 0 ? 0 : bad_row],
               rw[bad_row < 0 ? 0 : bad_row]);
     }
-    printf("%s: m %d, E %d, k %d, %s%s\n", c->name, m, E, k, c->scoring ? "softmax" : "sigmoid",
-           c->norm_topk ? ", renormalized" : "");
+    printf("%s: m %d, E %d, k %d, H %d, %s%s; logits on %s%s\n", c->name, m, E, k, H,
+           c->scoring ? "softmax" : "sigmoid", c->norm_topk ? ", renormalized" : "",
+           wg ? "wgmma" : "mma.sync", dec ? "" : " (no decode router at this m)");
 
     cudaFree(d_router), cudaFree(d_bias), cudaFree(d_logits), cudaFree(d_w), cudaFree(d_rw);
     cudaFree(d_x), cudaFree(d_planes), cudaFree(d_xp), cudaFree(d_ids), cudaFree(d_te);
@@ -242,22 +255,31 @@ int main(void)
     }
 #ifdef FP4MOE_WITH_CUDA
     static const route_case cases[] = {
-        {"ties, one token", 1, 128, 8, 0, 1, 2.5f, -1, -1, 0},
-        {"ties, NaN expert", 7, 128, 8, 0, 0, 1.0f, 3, -1, 0},
-        {"NaN token", 5, 128, 8, 0, 1, 1.0f, -1, 2, 0},
-        {"NaN biases", 4, 128, 8, 0, 1, 2.5f, -1, -1, 1},
-        {"32 tokens", 32, 128, 8, 0, 1, 2.5f, 40, -1, 0},
-        {"64 tokens, top-4", 64, 128, 4, 0, 1, 1.0f, -1, -1, 0},
-        {"100 experts", 5, 100, 6, 0, 1, 1.0f, -1, -1, 0},
-        {"softmax, k 40", 3, 64, 40, 1, 1, 1.5f, -1, -1, 0},
-        {"softmax, k 40, no renormalization", 3, 64, 40, 1, 0, 1.5f, -1, -1, 0},
-        {"softmax, 256 experts", 9, 256, 8, 1, 1, 1.0f, -1, 4, 0},
+        {"ties, one token", 1, 128, 8, 0, 1, 2.5f, -1, -1, 0, 256},
+        {"ties, NaN expert", 7, 128, 8, 0, 0, 1.0f, 3, -1, 0, 256},
+        {"NaN token", 5, 128, 8, 0, 1, 1.0f, -1, 2, 0, 256},
+        {"NaN biases", 4, 128, 8, 0, 1, 2.5f, -1, -1, 1, 256},
+        {"32 tokens", 32, 128, 8, 0, 1, 2.5f, 40, -1, 0, 256},
+        {"64 tokens, top-4", 64, 128, 4, 0, 1, 1.0f, -1, -1, 0, 256},
+        {"100 experts", 5, 100, 6, 0, 1, 1.0f, -1, -1, 0, 256},
+        {"softmax, k 40", 3, 64, 40, 1, 1, 1.5f, -1, -1, 0, 256},
+        {"softmax, k 40, no renormalization", 3, 64, 40, 1, 0, 1.5f, -1, -1, 0, 256},
+        {"softmax, 256 experts", 9, 256, 8, 1, 1, 1.0f, -1, 4, 0, 256},
+        {"1500 tokens, NaN expert and token", 1500, 128, 8, 0, 1, 2.5f, 40, 777, 0, 256},
+        {"1100 tokens, 256 experts, softmax", 1100, 256, 8, 1, 1, 1.0f, -1, -1, 0, 256},
+        {"1300 tokens, 100 experts, NaN biases", 1300, 100, 6, 0, 1, 2.5f, -1, -1, 1, 256},
+        {"1500 tokens, H 288", 1500, 128, 8, 0, 1, 2.5f, -1, 3, 0, 288},
     };
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(fp4_moe_route_init());
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], st);
     CK(cudaStreamDestroy(st));
+    int major = 0, minor = 0;
+    if (fp4_gpu_device_cc(&major, &minor) && major == 9 && minor == 0) {
+        CHECK(ran_wgmma > 0, "sm_90: no case ran the wgmma logits kernel");
+        CHECK(ran_mma > 0, "sm_90: no case ran the mma.sync logits kernel");
+    }
 #endif
     return check_done();
 }
