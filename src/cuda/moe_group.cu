@@ -17,7 +17,8 @@
 
 #define GROUP_THREADS 256
 #define GROUP_WARPS (GROUP_THREADS / 32)
-#define GROUP_PB (GROUP_THREADS * 8) /* pairs per count / scatter block */
+#define GROUP_PT 8                   /* pairs per thread of the count / scatter blocks */
+#define GROUP_PB (GROUP_THREADS * GROUP_PT) /* pairs per count / scatter block */
 #define GROUP_PREFIX_THREADS 1024
 #define GROUP_PREFIX_PARTS (GROUP_PREFIX_THREADS / FP4_GROUP_MAX_EXPERTS)
 
@@ -36,14 +37,17 @@ fp4_group_count_kernel(const int32_t *__restrict__ ids, long long n_pairs, int n
     __shared__ int cnt[FP4_GROUP_MAX_EXPERTS];
     const int tid = threadIdx.x;
     const long long p0 = (long long)blockIdx.x * GROUP_PB;
+    int ev[GROUP_PT]; /* all loads in flight before the first atomic */
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++) {
+        const long long p = p0 + tid + (long long)GROUP_THREADS * i;
+        ev[i] = p < n_pairs ? ids[p] : -1;
+    }
     for (int e = tid; e < n_experts; e += GROUP_THREADS) cnt[e] = 0;
     __syncthreads();
-    for (int i = tid; i < GROUP_PB; i += GROUP_THREADS) {
-        const long long p = p0 + i;
-        if (p >= n_pairs) break;
-        const int e = ids[p];
-        if (e >= 0 && e < n_experts) atomicAdd(&cnt[e], 1);
-    }
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++)
+        if (ev[i] >= 0 && ev[i] < n_experts) atomicAdd(&cnt[ev[i]], 1);
     __syncthreads();
     for (int e = tid; e < n_experts; e += GROUP_THREADS)
         counts[(size_t)blockIdx.x * n_experts + e] = cnt[e];
@@ -149,14 +153,23 @@ fp4_group_scatter_kernel(const int32_t *__restrict__ ids, const float *__restric
     __shared__ int wcnt[GROUP_WARPS][FP4_GROUP_MAX_EXPERTS]; /* counts, then next row */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long p0 = (long long)blockIdx.x * GROUP_PB + (long long)warp * (GROUP_PB / GROUP_WARPS);
+    /* this lane's pairs p0 + 32 i + lane: ids (-1 outside [0, E) or past the end) and
+     * weights, all loaded before the first use (one latency, not one per step) */
+    int ev[GROUP_PT];
+    float wv[GROUP_PT];
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++) {
+        const long long p = p0 + 32 * i + lane;
+        const int e = p < n_pairs ? ids[p] : -1;
+        ev[i] = e >= 0 && e < n_experts ? e : -1;
+        wv[i] = p < n_pairs ? w[p] : 0.f;
+    }
     for (int i = tid; i < GROUP_WARPS * FP4_GROUP_MAX_EXPERTS; i += GROUP_THREADS)
         (&wcnt[0][0])[i] = 0;
     __syncthreads();
-    for (int c = 0; c < GROUP_PB / GROUP_WARPS; c += 32) {
-        const long long p = p0 + c + lane;
-        const int e = p < n_pairs ? ids[p] : -1;
-        if (e >= 0 && e < n_experts) atomicAdd(&wcnt[warp][e], 1);
-    }
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++)
+        if (ev[i] >= 0) atomicAdd(&wcnt[warp][ev[i]], 1);
     __syncthreads();
     for (int e = tid; e < n_experts; e += GROUP_THREADS) {
         int base = offsets[(size_t)blockIdx.x * n_experts + e];
@@ -168,17 +181,17 @@ fp4_group_scatter_kernel(const int32_t *__restrict__ ids, const float *__restric
     }
     __syncthreads();
     const unsigned lt = (1u << lane) - 1u;
-    for (int c = 0; c < GROUP_PB / GROUP_WARPS; c += 32) {
-        const long long p = p0 + c + lane;
-        int e = p < n_pairs ? ids[p] : -1;
-        const bool ok = e >= 0 && e < n_experts;
-        if (!ok) e = -1;
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++) {
+        const long long p = p0 + 32 * i + lane;
+        const int e = ev[i];
+        const bool ok = e >= 0;
         const unsigned same = __match_any_sync(0xffffffffu, e);
         if (ok) {
             const int pos = wcnt[warp][e] + __popc(same & lt);
             row_src[pos] = (int32_t)(p / k);
             row_dst[pos] = (int32_t)p;
-            row_w[pos] = w[p];
+            row_w[pos] = wv[i];
         }
         __syncwarp();
         if (ok && (same & lt) == 0) wcnt[warp][e] += __popc(same);
