@@ -203,4 +203,17 @@ static inline cudaLaunchConfig_t fp4_pdl_config(dim3 grid, dim3 block, size_t sm
     return cfg;
 }
 
+/* The expert of tile slot s from the experts' first slots tstart[0..E] (tstart[E]: the slots
+ * in use): the last expert whose first slot is <= s, or -1 past the last used slot. */
+static __device__ __forceinline__ int fp4_slot_expert(int s, int n_experts, const int *tstart)
+{
+    if (s >= tstart[n_experts]) return -1;
+    int lo = 0, hi = n_experts - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (tstart[mid] <= s) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
 #endif /* FP4MOE_DEVICE_UTIL_CUH */

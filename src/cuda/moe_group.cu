@@ -14,6 +14,7 @@
  * Limits: E <= 256 (FP4_GROUP_MAX_EXPERTS); ids outside [0, E) are skipped.
  */
 #include "moe_group.cuh"
+#include "device_util.cuh"
 
 #define GROUP_THREADS 256
 #define GROUP_WARPS (GROUP_THREADS / 32)
@@ -112,18 +113,8 @@ fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_expert
         }
     }
     const int used = tstart[n_experts];
-    for (int s = tid; s < n_slots; s += GROUP_PREFIX_THREADS) {
-        int ex = -1;
-        if (s < used) { /* last expert whose first slot is <= s */
-            int lo = 0, hi = n_experts - 1;
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) >> 1;
-                if (tstart[mid] <= s) lo = mid; else hi = mid - 1;
-            }
-            ex = lo;
-        }
-        tile_expert[s] = ex;
-    }
+    for (int s = tid; s < n_slots; s += GROUP_PREFIX_THREADS)
+        tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
     /* padding: each segment's tail (< align * tile_m rows), then every row past the last used
      * slot */
     const int seg_pad = align * tile_m;

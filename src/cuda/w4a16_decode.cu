@@ -579,25 +579,13 @@ static __device__ void scan_tiles(int v, int n_experts, int *tstart)
     __syncthreads();
 }
 
-/* The expert of slot s from the slot starts, or -1 past the last used slot. */
-static __device__ int slot_expert(int s, int n_experts, const int *tstart)
-{
-    if (s >= tstart[n_experts]) return -1;
-    int lo = 0, hi = n_experts - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (tstart[mid] <= s) lo = mid; else hi = mid - 1;
-    }
-    return lo;
-}
-
 /* Slot table (expert per slot, -1 past the last used slot) and every padded row emptied. */
 static __device__ void fill_slots(int n_experts, int n_slots, int tile_t, const int *tstart,
                                   int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
                                   float *row_w)
 {
     const int tid = threadIdx.x, nt = blockDim.x;
-    for (int s = tid; s < n_slots; s += nt) tile_expert[s] = slot_expert(s, n_experts, tstart);
+    for (int s = tid; s < n_slots; s += nt) tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
     const long long n_rows = (long long)n_slots * tile_t;
     for (long long r = tid; r < n_rows; r += nt) {
         row_src[r] = -1;
@@ -819,7 +807,7 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
     scan_tiles(tid < n_experts ? (__popcll(tmask[tid]) + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T
                                : 0,
                n_experts, tstart);
-    for (int s = tid; s < n_slots; s += TG_THREADS) tile_expert[s] = slot_expert(s, n_experts, tstart);
+    for (int s = tid; s < n_slots; s += TG_THREADS) tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
     /* the scatter: pair (t, s) into its expert's segment at its rank in token order */
 #pragma unroll
     for (int i = 0; i < TG_TOK; i++) {
