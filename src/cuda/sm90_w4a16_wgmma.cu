@@ -29,7 +29,10 @@
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
  * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared
  * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
- * fp32 rows staged in shared memory (with out_bf16 bf16 rows, already scaled), 16-byte stores.
+ * fp32 rows staged in shared memory (with out_bf16 bf16 rows, already scaled), 16-byte stores;
+ * or, in column strips (up to WG_STRIP_ROWS rows per expert: a CTA runs WG_COLS column tiles
+ * of one unit through one ring, the next tile's copies in flight across the previous tile's
+ * end), stored straight from the accumulators (wg_store_cols, shared with wg_res).
  * Limits: NVFP4 weights only; k % 64 == 0, n % 64 == 0 (plain: a last half tile of 64
  * columns is masked); a and out 16-byte aligned.
  * Built for sm_90a; in other targets the kernel body traps and the launcher refuses (init).
@@ -48,7 +51,10 @@
 #define WG_S_BYTES (WG_BW * WG_BK / 16)
 #define WG_RING (4 * 21504)            /* cp.async ring: 4 stages of 128 tokens, 6 of 64;
                                           two CTAs per SM (smem and 128 registers) */
-#define WG_SMEM (WG_RING + 1024)       /* + slack to align the base to 1 KB */
+#define WG_ROWTAB (128 * 12)           /* plain: per-token output row and multiplier */
+#define WG_SMEM (WG_RING + WG_ROWTAB + 1024) /* + slack to align the base to 1 KB */
+#define WG_COLS 4                      /* plain strips: column tiles per CTA */
+#define WG_STRIP_ROWS 96               /* plain strips up to this many rows per expert */
 #define WG_RES_K 384                   /* plain, k <= this and at most WG_RES_ROWS rows per */
 #define WG_RES_ROWS 48                 /* expert: token tile resident (wg_res), */
 #define WG_RES_COLS 4                  /* 4 column tiles of 128 per CTA */
@@ -178,10 +184,74 @@ static __device__ __forceinline__ int wg_weight_row(int sr, int ctile, int n)
     return r < n ? r : -1;
 }
 
-/* One work unit: NT tokens (padded rows slot0*64 ..) of one expert x 128 weight rows. */
-template <int NT, bool GATED>
+/* Plain epilogue straight from the accumulators of one column tile: token rows 8j + 2t (+1)
+ * of the tile, weight rows (output columns) col and col + 8 of this lane (col = the tile's
+ * first column + the warp's row g). srow[r]: byte address of token r's output row (0: none);
+ * swt[r]: its multiplier. A warp's store writes 8 consecutive fp32 columns of 4 token rows,
+ * or (OBF16) 16 bf16 columns of 4 token rows, pairs of columns joined through one shuffle
+ * (lane ^ 4 holds column g ^ 1 of the same tokens; an even g stores (g, g + 1), an odd g
+ * (g + 7, g + 8)): four full 32-byte sectors either way. n % 64 == 0: the columns a lane
+ * stores are in or out together. */
+template <int NT, bool OBF16>
+static __device__ __forceinline__ void wg_store_cols(const float *acc,
+                                                     const unsigned long long *srow,
+                                                     const float *swt, int c_col, int n, int g,
+                                                     int t)
+{
+    constexpr int OSZ = OBF16 ? 2 : 4; /* bytes per output value */
+    const bool odd = g & 1;
+    const int col = OBF16 && odd ? c_col + 7 : c_col;
+    const bool col_in = col < n;
+    const uint32_t cb = (uint32_t)col * OSZ;
+#pragma unroll
+    for (int j = 0; j < NT / 8; j++) {
+        const int tok = 8 * j + 2 * t;
+        const ulonglong2 rp = *(const ulonglong2 *)(srow + tok); /* tokens tok, tok + 1 */
+        const float2 f = *(const float2 *)(swt + tok);
+        const float v0 = acc[4 * j] * f.x, v1 = acc[4 * j + 1] * f.y;
+        const float v2 = acc[4 * j + 2] * f.x, v3 = acc[4 * j + 3] * f.y;
+        if (OBF16) {
+            const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 4);
+            const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 4);
+            if (rp.x && col_in)
+                st_global_b32(rp.x + cb, odd ? pack_bf16x2(r0, v2) : pack_bf16x2(v0, r0));
+            if (rp.y && col_in)
+                st_global_b32(rp.y + cb, odd ? pack_bf16x2(r1, v3) : pack_bf16x2(v1, r1));
+        } else if (col_in) {
+            if (rp.x)
+                st_global_b32(rp.x + cb, __float_as_uint(v0)),
+                    st_global_b32(rp.x + cb + 32, __float_as_uint(v2));
+            if (rp.y)
+                st_global_b32(rp.y + cb, __float_as_uint(v1)),
+                    st_global_b32(rp.y + cb + 32, __float_as_uint(v3));
+        }
+    }
+}
+
+/* Plain: the per-token table of wg_store_cols for token rows prow0 .. prow0 + NT, osz bytes
+ * per output value (threads < NT write one entry each; read after the next barrier). The
+ * multiplier: routing weight x global scale x 128 (undoes the 2^-7 of the dequantization). */
+template <int NT>
+static __device__ __forceinline__ void wg_row_table(const fp4_mma_gemm_args &p, int expert,
+                                                    int prow0, unsigned long long *srow,
+                                                    float *swt, int osz)
+{
+    const int tid = threadIdx.x;
+    if (tid < NT) {
+        const int prow = prow0 + tid, dst = wg_out_row(p, prow);
+        srow[tid] = dst >= 0 ? (unsigned long long)((char *)p.out + (size_t)dst * p.n * osz) : 0ull;
+        swt[tid] = (p.row_w ? p.row_w[prow] : 1.f) * 128.f * (p.gscale ? p.gscale[expert] : 1.f);
+    }
+}
+
+/* One work unit: NT tokens (padded rows slot0*64 ..) of one expert x nct column tiles of
+ * 128 weight rows from ctile0 (gated: nct 1). The ring runs across the column tiles: the
+ * copies of tile ct + 1 (its weights, the same token rows again from K tile 0) are in flight
+ * while tile ct finishes, and the plain epilogue stores straight from the accumulators in the
+ * loop (wg_store_cols), so a CTA fills its pipeline once per unit, not once per column tile. */
+template <int NT, bool GATED, bool STRIPS>
 static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsigned char *sm,
-                                               int expert, int slot0, int ctile)
+                                               int expert, int slot0, int ctile0, int nct)
 {
     constexpr int BCH = (NT * 8 + WG_THREADS - 1) / WG_THREADS; /* 16-byte B chunks per thread
                                                                   per tile (NT 16: half) */
@@ -193,11 +263,30 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
     const int k = p.k, n = p.n, nk = k / WG_BK, n_wrows = GATED ? 2 * n : n;
+    /* STRIPS (plain): the bodies up to 96 tokens run nct column tiles, the 128-token one a
+     * single tile (the kernel loops over the columns; run as a strip, its column change
+     * spilled the copy sources into the loop) */
+    constexpr bool STRIP = STRIPS && !GATED && NT < 128;
+    const int steps = (STRIP ? nct : 1) * nk;
     const int prow0 = slot0 * 64;
     const uint32_t sbase = smem_u32(sm);
+    /* plain: per token, the address of its output row (0: none) and its multiplier, past the
+     * ring */
+    unsigned long long *srow = (unsigned long long *)(sm + WG_RING);
+    float *swt = (float *)(srow + NT);
+    if (STRIP) wg_row_table<NT>(p, expert, prow0, srow, swt, p.out_bf16 ? 2 : 4);
+    /* the other plain bodies: output row and multiplier of token row tid, for the epilogue */
+    int my_dst = -1;
+    float my_w = 0.f;
+    if (!GATED && !STRIP && tid < NT) {
+        int prow = prow0 + tid;
+        my_dst = wg_out_row(p, prow);
+        my_w = p.row_w ? p.row_w[prow] : 1.f;
+    }
 
     /* Copy plan. B: chunk c = tid + 256 i is token row c >> 3, 16-byte part c & 7. The
-     * sources point at the next K tile to copy (the ring is filled in K order). */
+     * sources point at the next K tile to copy (the ring is filled in K order; a new column
+     * tile starts the token rows again from K tile 0). */
     const uint16_t *b_src[BCH];
     uint32_t b_dst[BCH];
     int b_bytes[BCH];
@@ -209,27 +298,21 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         b_src[i] = p.a + (size_t)(src >= 0 ? src : 0) * k + j * 8;
         b_dst[i] = r * 128 + ((j ^ (r & 7)) << 4);
     }
-    /* Plain: output row and multiplier of token row tid, read now, used in the epilogue. */
-    int my_dst = -1;
-    float my_w = 0.f;
-    if (!GATED && tid < NT) {
-        int prow = prow0 + tid;
-        my_dst = wg_out_row(p, prow);
-        my_w = p.row_w ? p.row_w[prow] : 1.f;
-    }
-    /* W: row tid >> 1, half tid & 1. S: row tid (threads < 128). */
+    /* W: row tid >> 1, half tid & 1. S: row tid (threads < 128). aim() points them at K tile 0
+     * of column tile ct (rows past the weight rows: row 0 and no bytes). */
     const uint8_t *w_src, *s_src = 0;
-    int w_bytes, s_bytes = 0;
-    {
-        int wr = wg_weight_row<GATED>(tid >> 1, ctile, n);
+    int w_bytes, s_bytes = 0, l_kt = 0, l_ct = ctile0;
+    auto aim = [&](int ct) {
+        const int wr = wg_weight_row<GATED>(tid >> 1, ct, n);
         w_bytes = wr >= 0 ? 16 : 0;
         w_src = p.wq + ((size_t)expert * n_wrows + (wr >= 0 ? wr : 0)) * (k / 2) + (tid & 1) * 16;
         if (tid < WG_BW) {
-            int sr = wg_weight_row<GATED>(tid, ctile, n);
+            const int sr = wg_weight_row<GATED>(tid, ct, n);
             s_bytes = sr >= 0 ? 4 : 0;
             s_src = p.ws + ((size_t)expert * n_wrows + (sr >= 0 ? sr : 0)) * (k / 16);
         }
-    }
+    };
+    aim(l_ct);
     auto load_stage = [&](uint32_t off) { /* the next K tile into the stage at byte offset off */
         const uint32_t base = sbase + off;
 #pragma unroll
@@ -244,28 +327,35 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src, s_bytes);
             s_src += WG_BK / 16;
         }
+        if (STRIP && ++l_kt == nk) { /* the next column tile */
+            l_kt = 0;
+#pragma unroll
+            for (int i = 0; i < BCH; i++) b_src[i] -= k;
+            aim(++l_ct);
+        }
     };
 
     const int rg = 64 * wg + 16 * wq + g; /* the warp's first weight row */
     auto codes = [&](uint32_t off) { return wg_load_codes(sm + off + BB, rg, t); };
 
-    float acc[NT / 2];
+    float acc[NT / 2]; /* each column tile's first wgmma starts it (acc_in 0) */
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.f;
     uint32_t abuf0[4][4], abuf1[4][4];
 
-    /* Tile kt: issue its wgmmas (A = cur), retire kt-1's, publish, refill, dequantize kt+1
-     * into nxt while kt's wgmmas run. With 6 or more stages (NT <= 64) a barrier publishes
-     * two stages at even kt (kt+1, kt+2) and refills the two that kt-2 and kt-1 used: half
-     * the barriers, and the proxy fence (a MEMBAR that waits for this thread's copies still
-     * in flight) finds the youngest copies two tiles old instead of one. With 4 or 5 stages,
-     * one per tile (with 5, two per barrier would wait for copies issued only 2 tiles
-     * earlier instead of 4). */
+    /* Step s (plain: column tile ctile0 + s / nk, K tile s % nk): issue its wgmmas (A = cur),
+     * retire step s-1's, publish, refill, dequantize step s+1 into nxt while s's wgmmas run;
+     * the last K tile of a column tile retires its wgmmas and stores (plain) before the next
+     * tile's first. With 6 or more stages (NT <= 64) a barrier publishes two stages at even s
+     * (s+1, s+2) and refills the two that s-2 and s-1 used: half the barriers, and the proxy
+     * fence (a MEMBAR that waits for this thread's copies still in flight) finds the youngest
+     * copies two steps old instead of one. With 4 or 5 stages, one per step (with 5, two per
+     * barrier would wait for copies issued only 2 steps earlier instead of 4). */
     constexpr int PUB = NST >= 6 ? 2 : 1; /* stages published per barrier */
     constexpr int PRE = NST - 1 - PUB;    /* stages loaded before the loop, after stage 0 */
 #pragma unroll
-    for (int s = 0; s <= PRE; s++) {
-        if (s < nk) load_stage(s * STAGE);
+    for (int st = 0; st <= PRE; st++) {
+        if (st < steps) load_stage(st * STAGE);
         cp_async_commit();
     }
     cp_async_wait<PRE>();
@@ -273,50 +363,63 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     __syncthreads();
     wg_dequant(codes(0), abuf0);
 
-    /* The codes of tile kt+1 are read as soon as its stage is published: at the top when an
-     * earlier barrier published it (the odd tiles with PUB 2), else right after this tile's
+    /* The codes of step s+1 are read as soon as its stage is published: at the top when an
+     * earlier barrier published it (the odd steps with PUB 2), else right after this step's
      * barrier, before the copies are issued. With 80 tokens or more (64 accumulators and
      * more) the live codes would spill: there they are read after the copies. */
     constexpr bool EARLY = NT <= 64;
-    uint32_t o_cur = 0; /* byte offset of tile kt's stage */
-    auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish) {
+    uint32_t o_cur = 0; /* byte offset of step s's stage */
+    int c_kt = 0, c_col = ctile0 * WG_BW + rg; /* step s's K tile, the warp's column (plain) */
+    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish) {
         const uint32_t o_nxt = o_cur + STAGE == NST * STAGE ? 0u : o_cur + STAGE;
+        const int kt = c_kt;
+        c_kt = kt + 1 == nk ? 0 : kt + 1;
         wg_codes c1;
-        if (!publish && kt + 1 < nk) c1 = codes(o_nxt);
+        if (!publish && s + 1 < steps) c1 = codes(o_nxt);
         const uint64_t desc = wg_desc(sbase + o_cur);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, 1);
+        for (int kk = 0; kk < 4; kk++)
+            wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, GATED || kk > 0 || kt > 0);
         wgmma_commit();
-        wgmma_wait<1>();
-        if (publish) { /* every tile (PUB 1) or even kt (PUB 2; a constant after inlining) */
-            /* committed: stages 0 .. kt + PRE; wanted: up to kt + PUB */
+        if (STRIP && kt == nk - 1) { /* the column tile's last K tile: store it */
+            wgmma_wait<0>();
+            wg_fence_acc<NT / 2>(acc);
+            if (p.out_bf16) wg_store_cols<NT, true>(acc, srow, swt, c_col, n, g, t);
+            else wg_store_cols<NT, false>(acc, srow, swt, c_col, n, g, t);
+            c_col += WG_BW;
+        } else {
+            wgmma_wait<1>();
+        }
+        if (publish) { /* every step (PUB 1) or even s (PUB 2; a constant after inlining) */
+            /* committed: stages 0 .. s + PRE; wanted: up to s + PUB */
             cp_async_wait<PRE - PUB>();
             fence_proxy_async();
             __syncthreads();
-            if (EARLY && kt + 1 < nk) c1 = codes(o_nxt);
+            if (EARLY && s + 1 < steps) c1 = codes(o_nxt);
 #pragma unroll
             for (int i = 0; i < PUB; i++) {
-                const int ks = kt + NST - PUB + i; /* into the stage of kt - PUB + i */
+                const int ks = s + NST - PUB + i; /* into the stage of s - PUB + i */
                 const int o = (int)o_cur - (PUB - i) * STAGE;
-                if (ks < nk) load_stage(o < 0 ? o + NST * STAGE : o);
+                if (ks < steps) load_stage(o < 0 ? o + NST * STAGE : o);
                 cp_async_commit();
             }
         }
-        if (!EARLY && publish && kt + 1 < nk) c1 = codes(o_nxt);
-        if (kt + 1 < nk) wg_dequant(c1, nxt);
+        if (!EARLY && publish && s + 1 < steps) c1 = codes(o_nxt);
+        if (s + 1 < steps) wg_dequant(c1, nxt);
         o_cur = o_nxt;
     };
-    for (int kt = 0; kt < nk; kt += 2) {
-        step(kt, abuf0, abuf1, true);
-        if (kt + 1 < nk) step(kt + 1, abuf1, abuf0, PUB == 1);
+    for (int s = 0; s < steps; s += 2) {
+        step(s, abuf0, abuf1, true);
+        if (s + 1 < steps) step(s + 1, abuf1, abuf0, PUB == 1);
     }
     wgmma_wait<0>();
     cp_async_wait<0>();
     __syncthreads();
 
-    /* Epilogue. acc[4j + c]: accumulator row g (c < 2) or g+8 (c >= 2) of this warp, token
-     * 8j + 2t + (c & 1). */
+    /* Gated epilogue. acc[4j + c]: accumulator row g (c < 2) or g+8 (c >= 2) of this warp,
+     * token 8j + 2t + (c & 1). Each warp holds gate and up rows of the same 8 columns, so the
+     * activation is thread-local; bf16 staged in shared memory, 16-byte stores. */
     if (GATED) {
         const float gs_g = 128.f * (p.gscale ? p.gscale[2 * expert] : 1.f); /* undo 2^-7 */
         const float gs_u = 128.f * (p.gscale ? p.gscale[2 * expert + 1] : 1.f);
@@ -336,10 +439,10 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         for (int i = 0; i < BCH; i++) {
             int cc = tid + WG_THREADS * i, r = cc >> 3, j = cc & 7, prow = prow0 + r;
             if ((BALL || r < NT) && prow < p.out_rows)
-                *(uint4 *)(out + (size_t)prow * n + ctile * 64 + j * 8) =
+                *(uint4 *)(out + (size_t)prow * n + ctile0 * 64 + j * 8) =
                     *(const uint4 *)(so + r * 72 + j * 8);
         }
-    } else if (p.out_bf16) {
+    } else if (!STRIP && p.out_bf16) {
         /* bf16 rows, each value times its token's multiplier first (rounded once, as the
          * fp32 path's store): staged [NT][136], a warp stores two rows of 256 bytes per
          * iteration in 16-byte pieces. */
@@ -362,14 +465,14 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             so[(tok + 1) * 136 + c + 8] = __float2bfloat16_rn(acc[4 * j + 3] * f1);
         }
         __syncthreads();
-        const int col = ctile * WG_BW + 8 * (lane & 15);
+        const int col = ctile0 * WG_BW + 8 * (lane & 15);
         for (int r = 2 * (tid >> 5) + (lane >> 4); r < NT; r += WG_THREADS / 16) {
             int dst = sdst[r];
             if (dst < 0 || col >= n) continue;
             *(uint4 *)((uint16_t *)p.out + (size_t)dst * n + col) =
                 *(const uint4 *)(so + r * 136 + 8 * (lane & 15));
         }
-    } else {
+    } else if (!STRIP) {
         float *so = (float *)sm; /* [NT][132] */
         const int c = 64 * wg + 16 * wq + g;
 #pragma unroll
@@ -388,7 +491,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         }
         __syncthreads();
         float *out = (float *)p.out;
-        const int col = ctile * WG_BW + 4 * lane;
+        const int col = ctile0 * WG_BW + 4 * lane;
         for (int r = tid >> 5; r < NT; r += WG_THREADS / 32) {
             int dst = sdst[r];
             if (dst < 0 || col >= n) continue;
@@ -397,18 +500,18 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             v.x *= f, v.y *= f, v.z *= f, v.w *= f;
             *(float4 *)(out + (size_t)dst * n + col) = v;
         }
+    } else {
+        fence_proxy_async(); /* the wgmma reads of the ring before the next unit's copies */
     }
-    __syncthreads(); /* the staging area is the next unit's ring */
+    __syncthreads(); /* the ring (and the row table) are the next unit's */
 }
 
 /* Plain (FC2) work unit with short K (k <= WG_RES_K): NT <= 64 tokens of one expert x nct
  * column tiles of 128 weight rows from ctile0. The token tile is copied once and stays
  * resident (nk K tiles of B, 48 KB at most); only weights stream, through a ring of W + S
  * stages that runs across the column tiles, so the copies of tile ct + 1 are in flight
- * while tile ct finishes and its epilogue stores. Epilogue straight from the accumulators:
- * a warp's store writes 8 consecutive fp32 columns of 4 token rows, or (OBF16) 16 bf16
- * columns of 4 token rows, pairs of columns joined through one shuffle (four full 32-byte
- * sectors either way). */
+ * while tile ct finishes and its epilogue stores. Epilogue straight from the accumulators
+ * (wg_store_cols). */
 template <int NT, bool OBF16>
 static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsigned char *sm,
                                               int expert, int slot0, int ctile0, int nct)
@@ -430,13 +533,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     unsigned long long *srow = (unsigned long long *)(sm + BRES + NST * STAGE);
     float *swt = (float *)(srow + NT);
 
-    if (tid < NT) {
-        int prow = prow0 + tid;
-        int dst = wg_out_row(p, prow);
-        float w = (p.row_w ? p.row_w[prow] : 1.f) * 128.f * (p.gscale ? p.gscale[expert] : 1.f);
-        srow[tid] = dst >= 0 ? (unsigned long long)((char *)p.out + (size_t)dst * n * OSZ) : 0ull;
-        swt[tid] = w; /* 128: undo 2^-7 */
-    }
+    wg_row_table<NT>(p, expert, prow0, srow, swt, OSZ);
     /* W: row tid >> 1 (of the column tile), half tid & 1. S: row tid (threads < 128). The next
      * copy's sources advance by one K tile per step; aim() points them at K tile 0 of column
      * tile ct (rows past n: row 0 and no bytes). */
@@ -504,39 +601,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         if (kt == nk - 1) {
             wgmma_wait<0>();
             wg_fence_acc<NT / 2>(acc);
-            /* OBF16: bf16 pairs of adjacent columns: lane ^ 4 holds column g ^ 1 of the same
-             * tokens; an even g stores (g, g + 1), an odd g (g + 7, g + 8), so each store
-             * writes whole 32-byte sectors (16 columns of 4 token rows). n % 64 == 0: the
-             * columns a lane stores (col and col + 1, or col and col + 8) are in or out
-             * together. */
-            const bool odd = g & 1;
-            const int col = OBF16 && odd ? c_col + 7 : c_col;
-            const bool col_in = col < n;
-            const uint32_t cb = (uint32_t)col * OSZ;
+            wg_store_cols<NT, OBF16>(acc, srow, swt, c_col, n, g, t);
             c_col += WG_BW;
-#pragma unroll
-            for (int j = 0; j < NT / 8; j++) {
-                const int tok = 8 * j + 2 * t;
-                const ulonglong2 rp = *(const ulonglong2 *)(srow + tok); /* tokens tok, tok + 1 */
-                const float2 f = *(const float2 *)(swt + tok);
-                const float v0 = acc[4 * j] * f.x, v1 = acc[4 * j + 1] * f.y;
-                const float v2 = acc[4 * j + 2] * f.x, v3 = acc[4 * j + 3] * f.y;
-                if (OBF16) {
-                    const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 4);
-                    const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 4);
-                    if (rp.x && col_in)
-                        st_global_b32(rp.x + cb, odd ? pack_bf16x2(r0, v2) : pack_bf16x2(v0, r0));
-                    if (rp.y && col_in)
-                        st_global_b32(rp.y + cb, odd ? pack_bf16x2(r1, v3) : pack_bf16x2(v1, r1));
-                } else if (col_in) {
-                    if (rp.x)
-                        st_global_b32(rp.x + cb, __float_as_uint(v0)),
-                            st_global_b32(rp.x + cb + 32, __float_as_uint(v2));
-                    if (rp.y)
-                        st_global_b32(rp.y + cb, __float_as_uint(v1)),
-                            st_global_b32(rp.y + cb + 32, __float_as_uint(v3));
-                }
-            }
         } else {
             wgmma_wait<1>();
         }
@@ -607,29 +673,38 @@ static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int u
 }
 #endif
 
-/* Grid: units of two consecutive slots x column tiles, column tile fastest (the units of one
- * expert and the column tiles of one unit share weights / token rows in L2). */
-template <bool GATED>
+/* Grid: units of two consecutive slots x column tiles (STRIPS: groups of WG_COLS column
+ * tiles), column fastest (the units of one expert and the column tiles of one unit share
+ * weights / token rows in L2). STRIPS (plain only): the bodies below 128 tokens run their
+ * group as one strip (wg_tile), for up to WG_STRIP_ROWS rows per expert (H200 A/B of
+ * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to
+ * +1.8% at 128-256, where the units are 128-token pairs, so a kernel of its own). */
+template <bool GATED, bool STRIPS>
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 {
 #ifdef FP4_WG_SM90
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    const int ctile = (int)(blockIdx.x % (unsigned)ny), unit = (int)(blockIdx.x / (unsigned)ny);
+    const int cols = STRIPS ? WG_COLS : 1, nyg = (ny + cols - 1) / cols;
+    const int ctile = (int)(blockIdx.x % (unsigned)nyg) * cols;
+    const int unit = (int)(blockIdx.x / (unsigned)nyg), nct = min(cols, ny - ctile);
     wg_unit(
         p, unit,
         [&](int e, int s, int nt) {
-            if (nt == 128) wg_tile<128, GATED>(p, sm, e, s, ctile);
-            else if (nt == 96) wg_tile<96, GATED>(p, sm, e, s, ctile);
-            else wg_tile<80, GATED>(p, sm, e, s, ctile);
+            if (nt == 128 && !STRIPS) wg_tile<128, GATED, STRIPS>(p, sm, e, s, ctile, 1);
+            else if (nt == 128) /* one column tile per call (wg_tile's STRIP) */
+                for (int c = 0; c < nct; c++)
+                    wg_tile<128, GATED, STRIPS>(p, sm, e, s, ctile + c, 1);
+            else if (nt == 96) wg_tile<96, GATED, STRIPS>(p, sm, e, s, ctile, nct);
+            else wg_tile<80, GATED, STRIPS>(p, sm, e, s, ctile, nct);
         },
         [&](int e, int s, int nt) {
-            if (nt == 64) wg_tile<64, GATED>(p, sm, e, s, ctile);
-            else if (nt == 48) wg_tile<48, GATED>(p, sm, e, s, ctile);
-            else if (nt == 32) wg_tile<32, GATED>(p, sm, e, s, ctile);
-            else if (nt == 24) wg_tile<24, GATED>(p, sm, e, s, ctile);
-            else wg_tile<16, GATED>(p, sm, e, s, ctile);
+            if (nt == 64) wg_tile<64, GATED, STRIPS>(p, sm, e, s, ctile, nct);
+            else if (nt == 48) wg_tile<48, GATED, STRIPS>(p, sm, e, s, ctile, nct);
+            else if (nt == 32) wg_tile<32, GATED, STRIPS>(p, sm, e, s, ctile, nct);
+            else if (nt == 24) wg_tile<24, GATED, STRIPS>(p, sm, e, s, ctile, nct);
+            else wg_tile<16, GATED, STRIPS>(p, sm, e, s, ctile, nct);
         });
 #else
     __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
@@ -677,13 +752,14 @@ static int wg_ready[WG_MAX_DEVICES];
 
 extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
 {
-    const void *kern[6] = {(const void *)fp4_sm90_wgmma_kernel<true>,
-                           (const void *)fp4_sm90_wgmma_kernel<false>,
+    const void *kern[7] = {(const void *)fp4_sm90_wgmma_kernel<true, false>,
+                           (const void *)fp4_sm90_wgmma_kernel<false, false>,
+                           (const void *)fp4_sm90_wgmma_kernel<false, true>,
                            (const void *)fp4_sm90_wgmma_res_kernel<false, false>,
                            (const void *)fp4_sm90_wgmma_res_kernel<true, false>,
                            (const void *)fp4_sm90_wgmma_res_kernel<false, true>,
                            (const void *)fp4_sm90_wgmma_res_kernel<true, true>};
-    return wg_kernels_init(wg_ready, kern, 6, WG_SMEM);
+    return wg_kernels_init(wg_ready, kern, 7, WG_SMEM);
 }
 
 extern "C" int fp4_sm90_wgmma_gemm_serves(const fp4_mma_gemm_args *p)
@@ -707,12 +783,17 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
      * A/B of 2026-11-29, against -2% at 48, -4% at 32 and -7% at 4-16) */
     const int res = !p->gated && p->k <= WG_RES_K && p->rows_per_expert > 0 &&
                     p->rows_per_expert <= WG_RES_ROWS;
-    const long long groups = res ? (ny + WG_RES_COLS - 1) / WG_RES_COLS : ny;
+    /* above, up to WG_STRIP_ROWS: column strips (fp4_sm90_wgmma_kernel's STRIPS) */
+    const int strips = !p->gated && !res && p->rows_per_expert > 0 &&
+                       p->rows_per_expert <= WG_STRIP_ROWS;
+    const long long groups = res ? (ny + WG_RES_COLS - 1) / WG_RES_COLS
+                             : strips ? (ny + WG_COLS - 1) / WG_COLS : ny;
     long long blocks = ((long long)p->n_tiles_m + 1) / 2 * groups;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)blocks);
-    const void *kern = (const void *)fp4_sm90_wgmma_kernel<false>;
-    if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true>;
+    const void *kern = (const void *)fp4_sm90_wgmma_kernel<false, false>;
+    if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
+    else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;
     else if (res && p->rows_per_expert <= WG_RES_SMALL)
         kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, true>
                            : (const void *)fp4_sm90_wgmma_res_kernel<false, true>;
@@ -722,5 +803,4 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     int nyi = (int)ny;
     void *args[2] = {(void *)p, &nyi};
     return cudaLaunchKernel(kern, grid, dim3(WG_THREADS), args, WG_SMEM, stream);
-    return cudaGetLastError();
 }

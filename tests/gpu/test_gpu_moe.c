@@ -24,8 +24,10 @@
  * sm90-wgmma's FC2 with the token tile resident (K <= 384, <= 48 rows per expert) runs at
  * every shape's small M, long-K, tp8 M <= 256 and tp8-large top-4 M=1000 (two slots of one
  * expert where the skewed routing piles tokens on experts 0 and 1; 48 KB of B at I=384,
- * partial column groups at H=1344), the nvfp4 shared expert at M <= 48; the one-tile-per-CTA
- * FC2 above 48 rows per expert (tiny M >= 1000, tp8-large top-8).
+ * partial column groups at H=1344), the nvfp4 shared expert at M <= 48; the one-tile FC2
+ * above 48 rows per expert (tiny M >= 1000, tp8-large top-8 M >= 4096), as column strips up to
+ * 96 rows per expert or with I > 384 (tiny top-8 M=64, odd-H top-16 M=64 with its masked half
+ * column tile, tp8-large top-8 M=1000, wide-I, the nvfp4 shared expert at M=64).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * sm90-wgmma's token widths per expert tile (16 .. 128, by the rows in use) are counted from
  * the top-k ids of its cases; the full suite fails if an FC1 width is never selected.
