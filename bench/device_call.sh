@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # One device call of a session (run from the repository root on the GPU machine):
 #   OUT=... bash bench/device_call.sh STEPS
-# STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario), gpumoe (test_gpu_moe
-# of build-dev alone), test:NAME (the test binary NAME of build-dev alone), sanitize (the small
-# cases of test_gpu_moe and test_gpu_route under memcheck and racecheck), ab:LIST[:T] (A/B
-# of build-dev, or the build AB_NEW names, against build-base, or the build AB_BASE names, on
+# STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario: every C test
+# binary, both sanitizers, the scenario; 5.5-6 minutes on the H200, the scenario about half:
+# give it 420 s or more), suite (the same without the scenario), scenario (the scenario
+# alone), gpumoe (test_gpu_moe of build-dev alone), test:NAME (the test binary NAME of
+# build-dev alone), sanitize (the small cases of test_gpu_moe and test_gpu_route under
+# memcheck and racecheck; tests and suite run it already), ab:LIST[:T] (A/B of build-dev, or
+# the build AB_NEW names, against build-base, or the build AB_BASE names, on
 # bench/problems_LIST.txt, AB_PASSES default 3; T: the new build runs with
 # --dec-slot-tokens T), prof:LIST
 # (ncu per problem of bench/problems_LIST.txt, all kernels of w4a16-sm90, L2 and issue
@@ -20,6 +23,10 @@ for st in "${steps[@]}"; do
   echo "== $st $(date +%T)"
   case "$st" in
   tests) OUT="$R" bash bench/run_device.sh build-dev tests,scenario > "$R/run.log" 2>&1 ;;
+  suite) OUT="$R" bash bench/run_device.sh build-dev tests > "$R/run.log" 2>&1
+    grep -E ': (PASS|FAIL)|failing' "$R/run.log" ;;
+  scenario) OUT="$R" bash bench/run_device.sh build-dev scenario > "$R/scenario.log" 2>&1
+    grep -cE 'PASS' "$R/scenario.log" | sed 's/^/scenario PASS lines: /'; grep -E 'FAIL|failing' "$R/scenario.log" ;;
   gpumoe) (cd build-dev && LD_LIBRARY_PATH=. timeout 300 ./test_gpu_moe) > "$R/gpumoe.log" 2>&1
     echo "test_gpu_moe rc=$? $(tail -n 1 "$R/gpumoe.log")" ;;
   test:*) t="${st#test:}" # one test binary of build-dev
