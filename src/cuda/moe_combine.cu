@@ -2,8 +2,9 @@
  * moe_combine.cu - the last step of the MoE block (DESIGN.md section 4 step 3): per token, the
  * k weighted expert outputs (bf16, as FC2 wrote them) are summed in fp32 in slot order (no
  * float atomics, so the result is bitwise reproducible) and added to the shared expert's
- * output already in y. A thread sums 8 columns: 16-byte loads of each pair row, two 16-byte
- * stores of y; a grid-stride loop over a grid fixed by M (graph capturable).
+ * output already in y. A thread sums 8 columns: 16-byte loads of each pair row (up to 8 rows
+ * in flight before the first sum), two 16-byte stores of y; a grid-stride loop over a grid
+ * fixed by M (graph capturable).
  * Launched as a programmatic dependent of the kernel before it (device_util.cuh).
  */
 #include "moe_combine.cuh"
@@ -11,6 +12,7 @@
 
 #define COMBINE_THREADS 256
 #define COMBINE_MAX_BLOCKS 4096
+#define COMBINE_BATCH 8 /* pair rows loaded before the first sum: all of top-8 */
 
 __global__ void __launch_bounds__(COMBINE_THREADS)
 fp4_moe_combine_kernel(const uint4 *__restrict__ pairs, long long n8, int k, int h8,
@@ -30,13 +32,14 @@ fp4_moe_combine_kernel(const uint4 *__restrict__ pairs, long long n8, int k, int
             for (int j = 0; j < 8; j++) acc[j] = 0.f;
         }
         const uint4 *src = pairs + (t * k) * h8 + c;
-        for (int s0 = 0; s0 < k; s0 += 4) { /* four loads in flight, then their sums in order */
-            uint4 v[4];
+        for (int s0 = 0; s0 < k; s0 += COMBINE_BATCH) { /* a batch of loads in flight, then
+                                                            their sums in order */
+            uint4 v[COMBINE_BATCH];
 #pragma unroll
-            for (int u = 0; u < 4; u++)
+            for (int u = 0; u < COMBINE_BATCH; u++)
                 if (s0 + u < k) v[u] = src[(long long)(s0 + u) * h8];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < COMBINE_BATCH; u++) {
                 if (s0 + u >= k) break;
                 const uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll

@@ -201,7 +201,7 @@ static __device__ __forceinline__ void wg_store_cols(const float *acc,
     constexpr int OSZ = OBF16 ? 2 : 4; /* bytes per output value */
     const bool odd = g & 1;
     const int col = OBF16 && odd ? c_col + 7 : c_col;
-    const bool col_in = col < n;
+    const uint32_t col_in = col < n;
     const uint32_t cb = (uint32_t)col * OSZ;
 #pragma unroll
     for (int j = 0; j < NT / 8; j++) {
@@ -213,17 +213,11 @@ static __device__ __forceinline__ void wg_store_cols(const float *acc,
         if (OBF16) {
             const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 4);
             const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 4);
-            if (rp.x && col_in)
-                st_global_b32(rp.x + cb, odd ? pack_bf16x2(r0, v2) : pack_bf16x2(v0, r0));
-            if (rp.y && col_in)
-                st_global_b32(rp.y + cb, odd ? pack_bf16x2(r1, v3) : pack_bf16x2(v1, r1));
-        } else if (col_in) {
-            if (rp.x)
-                st_global_b32(rp.x + cb, __float_as_uint(v0)),
-                    st_global_b32(rp.x + cb + 32, __float_as_uint(v2));
-            if (rp.y)
-                st_global_b32(rp.y + cb, __float_as_uint(v1)),
-                    st_global_b32(rp.y + cb + 32, __float_as_uint(v3));
+            st_global_b32_row(rp.x, cb, odd ? pack_bf16x2(r0, v2) : pack_bf16x2(v0, r0), col_in);
+            st_global_b32_row(rp.y, cb, odd ? pack_bf16x2(r1, v3) : pack_bf16x2(v1, r1), col_in);
+        } else {
+            st_global_b32x2_row(rp.x, cb, __float_as_uint(v0), __float_as_uint(v2), col_in);
+            st_global_b32x2_row(rp.y, cb, __float_as_uint(v1), __float_as_uint(v3), col_in);
         }
     }
 }
@@ -271,18 +265,10 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     const int prow0 = slot0 * 64;
     const uint32_t sbase = smem_u32(sm);
     /* plain: per token, the address of its output row (0: none) and its multiplier, past the
-     * ring */
+     * ring (read by the epilogue after the loop's barriers) */
     unsigned long long *srow = (unsigned long long *)(sm + WG_RING);
     float *swt = (float *)(srow + NT);
-    if (STRIP) wg_row_table<NT>(p, expert, prow0, srow, swt, p.out_bf16 ? 2 : 4);
-    /* the other plain bodies: output row and multiplier of token row tid, for the epilogue */
-    int my_dst = -1;
-    float my_w = 0.f;
-    if (!GATED && !STRIP && tid < NT) {
-        int prow = prow0 + tid;
-        my_dst = wg_out_row(p, prow);
-        my_w = p.row_w ? p.row_w[prow] : 1.f;
-    }
+    if (!GATED) wg_row_table<NT>(p, expert, prow0, srow, swt, p.out_bf16 ? 2 : 4);
 
     /* Copy plan. B: chunk c = tid + 256 i is token row c >> 3, 16-byte part c & 7. The
      * sources point at the next K tile to copy (the ring is filled in K order; a new column
@@ -447,18 +433,11 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
          * fp32 path's store): staged [NT][136], a warp stores two rows of 256 bytes per
          * iteration in 16-byte pieces. */
         __nv_bfloat16 *so = (__nv_bfloat16 *)sm;
-        int *sdst = (int *)(sm + NT * 136 * 2); /* past the staging rows, inside the ring */
-        float *sf = (float *)(sdst + NT);
-        if (tid < NT) {
-            sdst[tid] = my_dst;
-            sf[tid] = my_w * 128.f * (p.gscale ? p.gscale[expert] : 1.f); /* undo 2^-7 */
-        }
-        __syncthreads();
         const int c = 64 * wg + 16 * wq + g;
 #pragma unroll
         for (int j = 0; j < NT / 8; j++) {
             int tok = 8 * j + 2 * t;
-            const float f0 = sf[tok], f1 = sf[tok + 1];
+            const float f0 = swt[tok], f1 = swt[tok + 1];
             so[tok * 136 + c] = __float2bfloat16_rn(acc[4 * j] * f0);
             so[(tok + 1) * 136 + c] = __float2bfloat16_rn(acc[4 * j + 1] * f1);
             so[tok * 136 + c + 8] = __float2bfloat16_rn(acc[4 * j + 2] * f0);
@@ -467,10 +446,9 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         __syncthreads();
         const int col = ctile0 * WG_BW + 8 * (lane & 15);
         for (int r = 2 * (tid >> 5) + (lane >> 4); r < NT; r += WG_THREADS / 16) {
-            int dst = sdst[r];
-            if (dst < 0 || col >= n) continue;
-            *(uint4 *)((uint16_t *)p.out + (size_t)dst * n + col) =
-                *(const uint4 *)(so + r * 136 + 8 * (lane & 15));
+            const unsigned long long rp = srow[r];
+            if (!rp || col >= n) continue;
+            *(uint4 *)(rp + (size_t)col * 2) = *(const uint4 *)(so + r * 136 + 8 * (lane & 15));
         }
     } else if (!STRIP) {
         float *so = (float *)sm; /* [NT][132] */
@@ -483,22 +461,15 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             so[tok * 132 + c + 8] = acc[4 * j + 2];
             so[(tok + 1) * 132 + c + 8] = acc[4 * j + 3];
         }
-        int *sdst = (int *)(so + NT * 132); /* past the staging rows, still inside the ring */
-        float *sf = (float *)(sdst + NT);
-        if (tid < NT) {
-            sdst[tid] = my_dst;
-            sf[tid] = my_w * 128.f * (p.gscale ? p.gscale[expert] : 1.f); /* undo 2^-7 */
-        }
         __syncthreads();
-        float *out = (float *)p.out;
         const int col = ctile0 * WG_BW + 4 * lane;
         for (int r = tid >> 5; r < NT; r += WG_THREADS / 32) {
-            int dst = sdst[r];
-            if (dst < 0 || col >= n) continue;
-            float f = sf[r];
+            const unsigned long long rp = srow[r];
+            if (!rp || col >= n) continue;
+            const float f = swt[r];
             float4 v = *(const float4 *)(so + r * 132 + 4 * lane);
             v.x *= f, v.y *= f, v.z *= f, v.w *= f;
-            *(float4 *)(out + (size_t)dst * n + col) = v;
+            *(float4 *)(rp + (size_t)col * 4) = v;
         }
     } else {
         fence_proxy_async(); /* the wgmma reads of the ring before the next unit's copies */
