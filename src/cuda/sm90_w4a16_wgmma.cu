@@ -57,7 +57,9 @@
 #define WG_STRIP_ROWS 96               /* plain strips up to this many rows per expert */
 #define WG_RES_K 384                   /* plain, k <= this and at most WG_RES_ROWS rows per */
 #define WG_RES_ROWS 48                 /* expert: token tile resident (wg_res), */
-#define WG_RES_COLS 4                  /* 4 column tiles of 128 per CTA */
+#define WG_RES_COLS 4                  /* 4 column tiles of 128 per CTA, */
+#define WG_RES_FEW_ROWS 32             /* or up to this many rows per expert */
+#define WG_RES_FEW_COLS 12             /* this many (fewer, longer CTAs) */
 #define WG_RES_SMALL 24                /* up to this many rows per expert: the kernel with
                                           16- and 24-token bodies too */
 
@@ -644,20 +646,20 @@ static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int u
 }
 #endif
 
-/* Grid: units of two consecutive slots x column tiles (STRIPS: groups of WG_COLS column
- * tiles), column fastest (the units of one expert and the column tiles of one unit share
+/* Grid: units of two consecutive slots x groups of cols column tiles (the launcher's: 1, or
+ * WG_COLS with STRIPS), column fastest (the units of one expert and the column tiles of one unit share
  * weights / token rows in L2). STRIPS (plain only): the bodies below 128 tokens run their
  * group as one strip (wg_tile), for up to WG_STRIP_ROWS rows per expert (H200 A/B of
  * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to
  * +1.8% at 128-256, where the units are 128-token pairs, so a kernel of its own). */
 template <bool GATED, bool STRIPS>
 __global__ void __launch_bounds__(WG_THREADS, 2)
-fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
+fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
 {
 #ifdef FP4_WG_SM90
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    const int cols = STRIPS ? WG_COLS : 1, nyg = (ny + cols - 1) / cols;
+    const int nyg = (ny + cols - 1) / cols;
     const int ctile = (int)(blockIdx.x % (unsigned)nyg) * cols;
     const int unit = (int)(blockIdx.x / (unsigned)nyg), nct = min(cols, ny - ctile);
     wg_unit(
@@ -683,7 +685,7 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
 }
 
 /* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS. Grid: units x groups
- * of WG_RES_COLS column tiles, group fastest. Every slot runs its group as one wg_res unit
+ * of cols column tiles (the launcher's WG_RES_COLS or WG_RES_FEW_COLS), group fastest. Every slot runs its group as one wg_res unit
  * (token tile resident), a pair as two (its weights dequantized twice). A slot runs as 64,
  * 48 or 32 tokens (<= 32 in use: 32), and with SMALL (up to WG_RES_SMALL rows per expert)
  * also as 24 or 16 (the rows in use rounded up as in wg_unit). The 16 / 24 bodies gain 1-2.5%
@@ -693,14 +695,14 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
  * kernel (C7511; wg_res<16> did too before the copy sources and output rows were staged). */
 template <bool OBF16, bool SMALL> /* OBF16: p.out_bf16 as a constant (epilogue in the loop) */
 __global__ void __launch_bounds__(WG_THREADS, 2)
-fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny)
+fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
 {
 #ifdef FP4_WG_SM90
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    const int nyg = (ny + WG_RES_COLS - 1) / WG_RES_COLS;
-    const int ctile = (int)(blockIdx.x % (unsigned)nyg) * WG_RES_COLS;
-    const int unit = (int)(blockIdx.x / (unsigned)nyg), nct = min(WG_RES_COLS, ny - ctile);
+    const int nyg = (ny + cols - 1) / cols;
+    const int ctile = (int)(blockIdx.x % (unsigned)nyg) * cols;
+    const int unit = (int)(blockIdx.x / (unsigned)nyg), nct = min(cols, ny - ctile);
     wg_unit(
         p, unit,
         [&](int e, int s, int) {
@@ -757,8 +759,12 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     /* above, up to WG_STRIP_ROWS: column strips (fp4_sm90_wgmma_kernel's STRIPS) */
     const int strips = !p->gated && !res && p->rows_per_expert > 0 &&
                        p->rows_per_expert <= WG_STRIP_ROWS;
-    const long long groups = res ? (ny + WG_RES_COLS - 1) / WG_RES_COLS
-                             : strips ? (ny + WG_COLS - 1) / WG_COLS : ny;
+    /* column tiles per CTA (the kernels' cols): the res kernel 12 up to 32 rows per expert, 4
+     * above (H200, layer, against 4 everywhere: 12 -1.2 to -1.9% at 14-20 rows per expert,
+     * -0.6 / -0.7% at 32, +0.4% at 48; 8 about half of that; 2026-11-30) */
+    int cols = res ? (p->rows_per_expert <= WG_RES_FEW_ROWS ? WG_RES_FEW_COLS : WG_RES_COLS)
+                   : strips ? WG_COLS : 1;
+    const long long groups = (ny + cols - 1) / cols;
     long long blocks = ((long long)p->n_tiles_m + 1) / 2 * groups;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)blocks);
@@ -772,6 +778,6 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
         kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false>
                            : (const void *)fp4_sm90_wgmma_res_kernel<false, false>;
     int nyi = (int)ny;
-    void *args[2] = {(void *)p, &nyi};
+    void *args[3] = {(void *)p, &nyi, &cols};
     return cudaLaunchKernel(kern, grid, dim3(WG_THREADS), args, WG_SMEM, stream);
 }
