@@ -647,11 +647,11 @@ static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int u
 #endif
 
 /* Grid: units of two consecutive slots x groups of cols column tiles (the launcher's: 1, or
- * WG_COLS with STRIPS), column fastest (the units of one expert and the column tiles of one unit share
- * weights / token rows in L2). STRIPS (plain only): the bodies below 128 tokens run their
- * group as one strip (wg_tile), for up to WG_STRIP_ROWS rows per expert (H200 A/B of
- * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to
- * +1.8% at 128-256, where the units are 128-token pairs, so a kernel of its own). */
+ * WG_COLS with STRIPS), column fastest (the units of one expert and the column tiles of one
+ * unit share weights / token rows in L2). STRIPS (plain only): the bodies below 128 tokens run
+ * their group as one strip (wg_tile), for up to WG_STRIP_ROWS rows per expert (H200 A/B of
+ * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to +1.8%
+ * at 128-256, where the units are 128-token pairs, so a kernel of its own). */
 template <bool GATED, bool STRIPS>
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
@@ -684,15 +684,16 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
 #endif
 }
 
-/* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS. Grid: units x groups
- * of cols column tiles (the launcher's WG_RES_COLS or WG_RES_FEW_COLS), group fastest. Every slot runs its group as one wg_res unit
- * (token tile resident), a pair as two (its weights dequantized twice). A slot runs as 64,
- * 48 or 32 tokens (<= 32 in use: 32), and with SMALL (up to WG_RES_SMALL rows per expert)
- * also as 24 or 16 (the rows in use rounded up as in wg_unit). The 16 / 24 bodies gain 1-2.5%
- * at 14-20 rows per expert but cost 0.5-1.5% at 32-48 when in the kernel (A/B of
- * 2026-11-30), hence two kernels. A kernel of its own, and no 128-token body: with wg_tile's
- * bodies in the same kernel ptxas ran short of registers and serialized every wgmma of the
- * kernel (C7511; wg_res<16> did too before the copy sources and output rows were staged). */
+/* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS. Grid: units x groups of
+ * cols column tiles (the launcher's WG_RES_COLS or WG_RES_FEW_COLS), group fastest. Every slot
+ * runs its group as one wg_res unit (token tile resident), a pair as two (its weights
+ * dequantized twice). A slot runs as 64, 48 or 32 tokens (<= 32 in use: 32), and with SMALL (up
+ * to WG_RES_SMALL rows per expert) also as 24 or 16 (the rows in use rounded up as in wg_unit).
+ * The 16 / 24 bodies gain 1-2.5% at 14-20 rows per expert but cost 0.5-1.5% at 32-48 when in
+ * the kernel (A/B of 2026-11-30), hence two kernels. A kernel of its own, and no 128-token
+ * body: with wg_tile's bodies in the same kernel ptxas ran short of registers and serialized
+ * every wgmma of the kernel (C7511; wg_res<16> did too before the copy sources and output rows
+ * were staged). */
 template <bool OBF16, bool SMALL> /* OBF16: p.out_bf16 as a constant (epilogue in the loop) */
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
