@@ -646,6 +646,25 @@ static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int u
 }
 #endif
 
+/* A CTA of either kernel: its shared memory (the dynamic base aligned to 1 KB for the 128-byte
+ * swizzle) and its place in the grid (unit, first column tile, column tiles), blocks being
+ * units x groups of cols column tiles, group fastest. */
+struct wg_cta {
+    unsigned char *sm;
+    int unit, ctile, nct;
+};
+
+static __device__ __forceinline__ wg_cta wg_cta_of(unsigned char *smem_raw, int ny, int cols)
+{
+    wg_cta c;
+    c.sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const int nyg = (ny + cols - 1) / cols;
+    c.ctile = (int)(blockIdx.x % (unsigned)nyg) * cols;
+    c.unit = (int)(blockIdx.x / (unsigned)nyg);
+    c.nct = min(cols, ny - c.ctile);
+    return c;
+}
+
 /* Grid: units of two consecutive slots x groups of cols column tiles (the launcher's: 1, or
  * WG_COLS with STRIPS), column fastest (the units of one expert and the column tiles of one
  * unit share weights / token rows in L2). STRIPS (plain only): the bodies below 128 tokens run
@@ -658,10 +677,9 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
 {
 #ifdef FP4_WG_SM90
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    const int nyg = (ny + cols - 1) / cols;
-    const int ctile = (int)(blockIdx.x % (unsigned)nyg) * cols;
-    const int unit = (int)(blockIdx.x / (unsigned)nyg), nct = min(cols, ny - ctile);
+    const wg_cta cta = wg_cta_of(smem_raw, ny, cols);
+    unsigned char *sm = cta.sm;
+    const int unit = cta.unit, ctile = cta.ctile, nct = cta.nct;
     wg_unit(
         p, unit,
         [&](int e, int s, int nt) {
@@ -700,10 +718,9 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, i
 {
 #ifdef FP4_WG_SM90
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *sm = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    const int nyg = (ny + cols - 1) / cols;
-    const int ctile = (int)(blockIdx.x % (unsigned)nyg) * cols;
-    const int unit = (int)(blockIdx.x / (unsigned)nyg), nct = min(cols, ny - ctile);
+    const wg_cta cta = wg_cta_of(smem_raw, ny, cols);
+    unsigned char *sm = cta.sm;
+    const int unit = cta.unit, ctile = cta.ctile, nct = cta.nct;
     wg_unit(
         p, unit,
         [&](int e, int s, int) {
