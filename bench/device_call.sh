@@ -2,8 +2,8 @@
 # One device call of a session (run from the repository root on the GPU machine):
 #   OUT=... bash bench/device_call.sh STEPS
 # STEPS (comma list): tests (bench/run_device.sh build-dev tests,scenario: every C test
-# binary, both sanitizers, the scenario; 5.5-6 minutes on the H200, the scenario about half:
-# give it 420 s or more), suite (the same without the scenario), scenario (the scenario
+# binary, both sanitizers, the scenario; 286-340 s on the H200, the scenario about half:
+# give it 400 s or more), suite (the same without the scenario), scenario (the scenario
 # alone), gpumoe (test_gpu_moe of build-dev alone), test:NAME (the test binary NAME of
 # build-dev alone), sanitize (the small cases of test_gpu_moe and test_gpu_route under
 # memcheck and racecheck; tests and suite run it already), ab:LIST[:T] (A/B of build-dev, or
