@@ -778,7 +778,7 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     const int strips = !p->gated && !res && p->rows_per_expert > 0 &&
                        p->rows_per_expert <= WG_STRIP_ROWS;
     /* column tiles per CTA (the kernels' cols): the res kernel 12 up to 32 rows per expert, 4
-     * above (H200, layer, against 4 everywhere: 12 -1.2 to -1.9% at 14-20 rows per expert,
+     * above (H200, layer, against 4 everywhere: 12 -1.1 to -1.9% at 14-20 rows per expert,
      * -0.6 / -0.7% at 32, +0.4% at 48; 8 about half of that; 2026-11-30). Only the strip and
      * res kernels run more than one; the gated and one-tile kernels must get 1 (they run
      * ctile alone). */
