@@ -568,8 +568,36 @@ fail_staging:
     return st;
 }
 
+/* The decode shared expert: identity slots of 8 tokens, FC2 straight into y (overwritten). */
+static cudaError_t decode_shared(const fp4_gpu_moe *g, const void *x_bf16, const uint16_t *xp,
+                                 int m, float *y, uint16_t *sh_a, cudaStream_t s,
+                                 const char **what)
+{
+    const fp4_arch *a = &g->arch;
+    int is = g->shared_inter, fp4 = g->shared_fmt == FP4_MMA_W_NVFP4;
+    fp4_dec_gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.wfmt = fp4 ? FP4_DEC_W_NVFP4 : FP4_DEC_W_BF16;
+    p.act = a->act == FP4_ACT_SWIGLUOAI, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
+    p.gated = 1, p.n = is, p.k = g->hidden;
+    p.n_slots = (m + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T;
+    p.tiles_per_warp = m >= 2 * FP4_DEC_TILE_T ? 2 : 1;
+    p.a = fp4 ? xp : x_bf16, p.a_rows = m, p.out_rows = m, p.out = sh_a;
+    p.wq = g->sh_w13, p.ws = g->sh_s13, p.wb = g->sh_b13, p.gscale = g->sh_g13;
+    *what = "decode shared FC1 launch";
+    cudaError_t err = fp4_dec_gemm(&p, s);
+    if (err != cudaSuccess) return err;
+    p.gated = 0, p.n = g->hidden, p.k = is, p.a = sh_a, p.out = y;
+    p.weights_first = 1; /* identity slots: no table; the shared FC1 runs before */
+    p.wq = g->sh_w2, p.ws = g->sh_s2, p.wb = g->sh_b2, p.gscale = g->sh_g2;
+    *what = "decode shared FC2 launch";
+    return fp4_dec_gemm(&p, s);
+}
+
 /* The decode pipeline (FP4_GPU_K_DECODE): route + prep (grouping into slots of
  * dec_slot_tokens, x in the paired layout; two launches) -> FC1 -> FC2 [-> shared FC1 -> shared FC2] -> combine.
+ * One token (M = 1, top-k <= 8, 8-token slots): FC1 [-> shared FC1 -> shared FC2] -> FC2 with
+ * the combine (one_token: a warp per slot, y written, or added to, by the FC2 blocks).
  * Grids are fixed by M (slot bound fp4_dec_active_slots), so the forward stays capturable. */
 static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, float *y,
                                     int32_t *ids, float *wts, char *ws, const gpu_ws *l,
@@ -626,27 +654,28 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
     p.a = abuf, p.a_rows = l->n_slots * l->tile_t, p.row_src = NULL;
     p.row_dst = row_dst, p.row_w = row_w;
     p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs, p.out_bf16 = 1;
-    p.weights_first = 1; /* FC1 waited for the slot table's writer */
-    if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "decode FC2 launch");
-
-    if (g->has_shared) { /* identity slots of 8 tokens, output straight into y */
-        int is = g->shared_inter, fp4 = g->shared_fmt == FP4_MMA_W_NVFP4;
-        memset(&p, 0, sizeof p);
-        p.wfmt = fp4 ? FP4_DEC_W_NVFP4 : FP4_DEC_W_BF16;
-        p.act = act, p.limit = a->swiglu_limit, p.alpha = a->swiglu_alpha;
-        p.gated = 1, p.n = is, p.k = H;
-        p.n_slots = (m + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T;
-        p.tiles_per_warp = m >= 2 * FP4_DEC_TILE_T ? 2 : 1;
-        p.a = fp4 ? xp : x_bf16, p.a_rows = m, p.out_rows = m, p.out = sh_a;
-        p.wq = g->sh_w13, p.ws = g->sh_s13, p.wb = g->sh_b13, p.gscale = g->sh_g13;
+    /* FC1 waited for the slot table's writer (and so did the shared FC1 ahead of the
+     * one-token FC2, which the shared FC2 lets launch: the table is older than both) */
+    p.weights_first = 1;
+    const char *what = NULL;
+    /* One token: its pairs fill at most k <= 8 slots, the first ones of the table, and every
+     * row belongs to it, so each FC2 block sums them itself (a warp per slot) and the combine
+     * launch, the bf16 pair rows and their round trip through L2 go away. H200, tp8 shapes,
+     * layer: -6.0% top-8, -12.6% top-4 (with the logits kernel's reordered loads, worth 0 /
+     * -2.7% alone; bench/NOTES.md sixteenth session). */
+    if (m == 1 && k <= 8 && l->tile_t == 8) {
+        if (g->has_shared && (err = decode_shared(g, x_bf16, xp, m, y, sh_a, s, &what)) != cudaSuccess)
+            return cuda_fail(e, err, what);
+        p.one_token = 1, p.accumulate = g->has_shared;
+        p.n_slots = 1, p.a_rows = 8 * (l->n_slots < 8 ? l->n_slots : 8);
+        p.out = y, p.out_bf16 = 0, p.tiles_per_warp = 1;
         if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess)
-            return cuda_fail(e, err, "decode shared FC1 launch");
-        p.gated = 0, p.n = H, p.k = is, p.a = sh_a, p.out = y;
-        p.weights_first = 1; /* identity slots: no table; the shared FC1 runs before */
-        p.wq = g->sh_w2, p.ws = g->sh_s2, p.wb = g->sh_b2, p.gscale = g->sh_g2;
-        if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess)
-            return cuda_fail(e, err, "decode shared FC2 launch");
+            return cuda_fail(e, err, "decode FC2 (one token) launch");
+        return FP4MOE_OK;
     }
+    if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess) return cuda_fail(e, err, "decode FC2 launch");
+    if (g->has_shared && (err = decode_shared(g, x_bf16, xp, m, y, sh_a, s, &what)) != cudaSuccess)
+        return cuda_fail(e, err, what);
     err = fp4_moe_combine(pairs, m, k, H, g->has_shared, y, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "combine launch");
     return FP4MOE_OK;

@@ -32,6 +32,10 @@
  * prep with a logits kernel that reads each router row once and a one-block top-k + grouping
  * kernel into 8-token slots (warp per token, warp-reduction picks, token masks per expert,
  * parallel prefix; rows of an expert in token order, deterministic).
+ * One token (args.one_token, M = 1): FC2 and the combine in one launch; the 8 warps of a block
+ * are the token's (up to 8) slots over one m16 tile and the whole K, each weights its slot's
+ * rows by their multipliers, and the block sums the slots in order (the split-K reduction)
+ * into the token's output row.
  * Limits: K % 64 == 0; gated n % 8 == 0; plain n % 16 == 0; E <= 256.
  */
 #include <cuda_bf16.h>
@@ -114,7 +118,7 @@ template <int WF, int RT> struct dec_ring {
  * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. src_lane
  * (32-token slots only): the row of a that padded row slot TS + lane reads (dec_a_row; -1
  * none), loaded by the kernel beside the slot's expert. */
-template <int WF, int GATED, int KS, int RT, int NB, int TS>
+template <int WF, int GATED, int KS, int RT, int NB, int TS, bool OT>
 static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int slot, int expert,
                                                  int src_lane, unsigned char *xs, void *wring_v,
                                                  void *sring_v, void *red_v)
@@ -135,6 +139,11 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ks = warp % KS, rw = warp / KS;
     const int g = lane >> 2, t = lane & 3, k = p.k, n = p.n;
+    /* OT (args.one_token): warp ks runs slot ks over the whole K; `expert` is this warp's
+     * (-1: none, the warp computes nothing but joins the reduction) */
+    static_assert(!OT || (!GATED && KS == DEC_WARPS && RT == 1 && NB == 1 && NV),
+                  "one-token blocks: plain NVFP4, a slot per warp, one m16 tile");
+    if constexpr (OT) slot = ks;
 
     /* B column g of n8 tile nb: token row of a (or none: its lanes load nothing and compute
      * zeros). */
@@ -142,18 +151,18 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
     const uint16_t *xrow[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
-        const int arow = XS ? -1 : dec_a_row<GATED>(p, slot * TS + 8 * nb + g);
+        const int arow = XS || (OT && expert < 0) ? -1 : dec_a_row<GATED>(p, slot * TS + 8 * nb + g);
         xok[nb] = arow >= 0;
         xrow[nb] = p.a + (size_t)(xok[nb] ? arow : 0) * k;
     }
 
-    const int ngr = k >> 6, gb0 = ngr * ks / KS, gb1 = ngr * (ks + 1) / KS;
+    const int ngr = k >> 6, gb0 = OT ? 0 : ngr * ks / KS, gb1 = OT ? ngr : ngr * (ks + 1) / KS;
     const int n_tiles = GATED ? n / 8 : n / 16, n_wrows = GATED ? 2 * n : n;
     const int tile0 = (blockIdx.y * RW + rw) * RT;
     /* Weight row of tile r, half h (0: rows g, 1: rows g + 8 / the up rows), row gg. */
     auto wrow = [&](int r, int h, int gg) -> size_t {
         int tt = tile0 + r < n_tiles ? tile0 + r : 0;
-        return (size_t)expert * n_wrows +
+        return (size_t)(expert < 0 ? 0 : expert) * n_wrows +
                (GATED ? (size_t)h * n + 8 * tt + gg : (size_t)16 * tt + 8 * h + gg);
     };
     bool tok[RT]; /* tile r exists (else its rows read as zeros, nothing written) */
@@ -183,7 +192,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         const uint32_t wdst = (uint32_t)__cvta_generic_to_shared(&wring[warp][0][lane >> 1][4 * (lane & 1)]);
         const uint32_t sdst = (uint32_t)__cvta_generic_to_shared(&sring[warp][0][sr]);
         constexpr uint32_t WSTAGE = RR * 32, SSTAGE = RR * 4; /* bytes per ring stage */
-        const int ng = gb1 - gb0;
+        const int ng = OT && expert < 0 ? 0 : gb1 - gb0;
         /* Copy sources of the pass's first group (advanced by UN groups per pass, so that a
          * copy's offset from them is a constant). */
         const uint8_t *cwp[RT];
@@ -413,6 +422,25 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         }
     }
 
+    if constexpr (OT) { /* every row of the slot is token 0's: weight the slot's 8 token
+                          * columns (2t, 2t + 1 in this lane) by their rows' multipliers, sum
+                          * them over the quad into columns 0 / 2 (rows g / g + 8); slots
+                          * are then summed in order by the reduction below */
+        float f[2] = {0.f, 0.f};
+        if (expert >= 0) {
+            const float gs = 128.f * (p.gscale ? p.gscale[expert] : 1.f); /* undo the 2^-7 */
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int pr = slot * TS + 2 * t + j;
+                f[j] = p.row_dst[pr] >= 0 ? gs * p.row_w[pr] : 0.f;
+            }
+        }
+        float lo = f[0] * acc[0][0][0] + f[1] * acc[0][0][1];
+        float hi = f[0] * acc[0][0][2] + f[1] * acc[0][0][3];
+        lo += __shfl_xor_sync(0xffffffffu, lo, 1), hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+        lo += __shfl_xor_sync(0xffffffffu, lo, 2), hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+        acc[0][0][0] = lo, acc[0][0][2] = hi, acc[0][0][1] = acc[0][0][3] = 0.f;
+    }
     if (KS > 1) { /* slice s of row warp rw is warp rw * KS + s: sum slices 0, 1, ... */
         /* partial (r, nb, c) of warp w at rbase(w)[((r * NB + nb) * 4 + c) * 32 + lane] */
         auto rbase = [&](int w) -> float * {
@@ -440,6 +468,15 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         }
     }
 
+    if constexpr (OT) { /* out [n] fp32: token 0's sum over its slots (and rows) */
+        if (t == 0 && tok[0]) {
+            float *y = (float *)p.out;
+            const int o = 16 * tile0 + g;
+            y[o] = (p.accumulate ? y[o] : 0.f) + acc[0][0][0];
+            y[o + 8] = (p.accumulate ? y[o + 8] : 0.f) + acc[0][0][2];
+        }
+        return;
+    }
     /* Epilogue. acc[r][nb][c]: weight row g (c < 2) or g + 8 (c >= 2) of tile r, token
      * column 8 nb + 2t + (c & 1) of the slot. */
     const float wscale = WF == FP4_DEC_W_NVFP4 ? 128.f : 1.f; /* undo the 2^-7 */
@@ -496,7 +533,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 }
 
 
-template <int WF, int GATED, int KS, int RT, int NB>
+template <int WF, int GATED, int KS, int RT, int NB, bool OT = false>
 __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
@@ -518,7 +555,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     int src = -1;
     if (NB == 4 && lane < TS) src = dec_a_row<GATED>(p, slot * TS + lane);
     int expert = 0;
-    if (p.tile_expert) {
+    if constexpr (OT) { /* warp w takes slot w of the table (a_rows / 8 slots); -1: none */
+        const int w = threadIdx.x >> 5;
+        expert = w * TS < p.a_rows ? p.tile_expert[w] : -1;
+    } else if (p.tile_expert) {
         expert = p.tile_expert[slot];
         if (expert < 0) return;
     } else if (slot * TS >= p.a_rows) {
@@ -530,11 +570,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                                 grouping fills a slot from row 0; a row of no token reads -1) */
         const unsigned used = __ballot_sync(0xffffffffu, src >= 0);
         const int nbu = used ? (31 - __clz((int)used)) / 8 + 1 : 1;
-        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS>(p, slot, expert, src, xs, wring, sring, red);
-        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS>(p, slot, expert, src, xs, wring, sring, red);
-        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS, OT>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS, OT>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS, OT>(p, slot, expert, src, xs, wring, sring, red);
     }
-    dec_block<WF, GATED, KS, RT, NB, TS>(p, slot, expert, src, xs, wring, sring, red);
+    dec_block<WF, GATED, KS, RT, NB, TS, OT>(p, slot, expert, src, xs, wring, sring, red);
 }
 
 /* x [m, h] natural -> xp paired: units (row, 64-group, lane quad t) of 16 elements. */
@@ -675,19 +715,18 @@ extern "C" cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, i
 
 /* Block (e, token group of 8): logits[t][e] for its tokens, the router row read once into
  * registers (warp w owns a contiguous H/8 slice); per-warp sums reduced in a fixed order.
- * All blocks also write the paired x. */
+ * All blocks also write the paired x. The router is a constant of the layer, so its loads
+ * are issued before the PDL wait; the paired x is written after the logits, so that its
+ * loads do not hold the router's back (the top-k kernel waits for the slowest block). */
 __global__ void __launch_bounds__(RL_THREADS)
 fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ router, int m,
                       int h, int n_experts, float *__restrict__ logits,
                       uint16_t *__restrict__ xp)
 {
     __shared__ float part[RL_THREADS / 32][FP4_DEC_TILE_T];
-    fp4_pdl_wait();
-    fp4_pdl_trigger();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int e = blockIdx.x, t0 = blockIdx.y * FP4_DEC_TILE_T;
     const long long bid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
-    pair_x(x, xp, m, h, bid * RL_THREADS + tid, (long long)gridDim.x * gridDim.y * RL_THREADS);
 
     const int n4 = h / 4, i0 = warp * n4 / 8, i1 = (warp + 1) * n4 / 8;
     const float4 *rr = (const float4 *)(router + (size_t)e * h);
@@ -697,6 +736,8 @@ fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ 
         int i = i0 + lane + 32 * j;
         rv[j] = i < i1 ? __ldg(rr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     const int nt = m - t0 < FP4_DEC_TILE_T ? m - t0 : FP4_DEC_TILE_T;
     for (int tb = 0; tb < nt; tb += RL_TOK) {
         float acc[RL_TOK];
@@ -735,6 +776,7 @@ fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ 
         for (int w = 0; w < RL_THREADS / 32; w++) s += part[w][tid];
         logits[(size_t)(t0 + tid) * n_experts + e] = s;
     }
+    pair_x(x, xp, m, h, bid * RL_THREADS + tid, (long long)gridDim.x * gridDim.y * RL_THREADS);
 }
 
 #define TG_THREADS 1024 /* the top-k + grouping block: one warp per token */
@@ -849,7 +891,7 @@ extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router
                               tile_expert, row_src, row_dst, row_w);
 }
 
-template <int WF, int GATED, int KS, int RT, int NB>
+template <int WF, int GATED, int KS, int RT, int NB, bool OT = false>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
@@ -857,7 +899,7 @@ static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
     const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k) : 0;
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), xs, stream, at);
-    return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT, NB>, *p);
+    return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT, NB, OT>, *p);
 }
 
 /* The staged-activation kernels (NVFP4, KS 1 and 2: the ones launch_nv instantiates) may take
@@ -924,6 +966,13 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
      * fill the machine; with 16- or 32-token slots (several tokens per expert on average, so
      * most experts are hit) over 2 K slices of 4 row warps that share staged activations.
      * Short K (FC2: K = I) runs whole per warp, 8 row warps per block. */
+    if (p->one_token) { /* one token's slots, one per warp (one_token in the header) */
+        if (p->wfmt != FP4_DEC_W_NVFP4 || p->gated || !p->tile_expert || !p->row_dst ||
+            !p->row_w || p->row_src || p->n_slots != 1 || tt != 8 || p->tiles_per_warp > 1 ||
+            p->a_rows % 8 || p->a_rows > 8 * DEC_WARPS)
+            return cudaErrorInvalidValue;
+        return launch<FP4_DEC_W_NVFP4, 0, DEC_WARPS, 1, 1, true>(p, stream);
+    }
     const int ks_long = p->k / 64 >= DEC_KS8_GROUPS;
     const int ks2 = ks_long && tt > 8 && p->wfmt == FP4_DEC_W_NVFP4, ks8 = ks_long && !ks2;
     const int rt2 = p->tiles_per_warp == 2;

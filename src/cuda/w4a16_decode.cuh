@@ -73,6 +73,13 @@ typedef struct fp4_dec_gemm_args {
                                    one launch (a decode FC1 does): the table and the weights
                                    are then read, and the first weight copies issued, before
                                    this kernel's wait for the activations. 0: wait first */
+    int one_token;              /* plain NVFP4, 8-token slots, n_slots 1: every row of the
+                                   table belongs to one token (M = 1) and the table has at
+                                   most 8 slots (a_rows / 8); warp w of each block runs slot w
+                                   over the whole K and the block writes out fp32 [n] = (out
+                                   if accumulate) + the sum over slots, in slot order, of
+                                   row_w x each row's product: FC2 and the combine in one */
+    int accumulate;             /* one_token: add to out instead of overwriting it */
     int tile_t;                 /* tokens per slot: 8 (0 means 8), or 16 / 32 (NVFP4 only: one
                                    dequantized weight fragment feeds 2 / 4 n8 mma tiles, at
                                    32 only those that hold tokens; tiles_per_warp is taken
