@@ -247,6 +247,42 @@ static void run_case(const route_case *c, cudaStream_t st)
 }
 #endif
 
+/* The one-token FC2 (fp4_dec_gemm_args.one_token) refuses what it cannot run before it
+ * launches anything: each case below is one field away from a valid call (which the
+ * forward at M = 1 makes, test_gpu_moe). The pointers are never dereferenced. */
+static void run_one_token_rejects(void)
+{
+    static char dummy[256] __attribute__((aligned(16)));
+    fp4_dec_gemm_args ok;
+    memset(&ok, 0, sizeof ok);
+    ok.wfmt = FP4_DEC_W_NVFP4, ok.one_token = 1, ok.n = 256, ok.k = 128, ok.n_slots = 1;
+    ok.a = (const uint16_t *)dummy, ok.a_rows = 64, ok.tile_expert = (const int32_t *)dummy;
+    ok.row_dst = (const int32_t *)dummy, ok.row_w = (const float *)dummy;
+    ok.wq = (const uint8_t *)dummy, ok.ws = (const uint8_t *)dummy, ok.out = dummy;
+    static const char *what[] = {"gated", "BF16 weights", "2 slots", "72 table rows",
+                                 "table rows not whole slots", "16-token slots", "no slot table",
+                                 "no multipliers", "a row source table", "two tiles per warp"};
+    for (int c = 0; c < (int)(sizeof what / sizeof what[0]); c++) {
+        fp4_dec_gemm_args p = ok;
+        switch (c) {
+        case 0: p.gated = 1; break;
+        case 1: p.wfmt = FP4_DEC_W_BF16, p.wb = (const uint16_t *)dummy; break;
+        case 2: p.n_slots = 2; break;
+        case 3: p.a_rows = 72; break;
+        case 4: p.a_rows = 60; break;
+        case 5: p.tile_t = 16; break;
+        case 6: p.tile_expert = NULL; break;
+        case 7: p.row_w = NULL; break;
+        case 8: p.row_src = (const int32_t *)dummy; break;
+        case 9: p.tiles_per_warp = 2; break;
+        }
+        cudaError_t err = fp4_dec_gemm(&p, 0);
+        CHECK(err == cudaErrorInvalidValue, "one-token FC2 with %s: launch returned %s", what[c],
+              cudaGetErrorString(err));
+    }
+    printf("one-token FC2: %d invalid argument sets refused\n", (int)(sizeof what / sizeof what[0]));
+}
+
 int main(void)
 {
     if (fp4_gpu_device_count() == 0) {
@@ -274,6 +310,7 @@ int main(void)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(fp4_moe_route_init());
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], st);
+    run_one_token_rejects();
     CK(cudaStreamDestroy(st));
     int major = 0, minor = 0;
     if (fp4_gpu_device_cc(&major, &minor) && major == 9 && minor == 0) {
