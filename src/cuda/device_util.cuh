@@ -182,9 +182,12 @@ static __device__ __forceinline__ float act_fn(int act, float limit, float alpha
 
 /* Programmatic dependent launch (sm_90+). A kernel launched with fp4_pdl_config's attribute
  * may start while the kernel before it on the stream is still finishing: it must call
- * fp4_pdl_wait() before its first global memory access (the wait returns once the previous
- * grid has completed and its writes are visible; without the attribute it returns at once).
- * fp4_pdl_trigger() lets the next such kernel launch while this one runs. */
+ * fp4_pdl_wait() before it reads anything an earlier kernel of the stream writes, or writes
+ * anything one still reads (the wait returns once the previous grid has completed and its
+ * writes are visible; without the attribute it returns at once). Constants of the layer (the
+ * router, the bias, the weights) may be read before it, and memory no running kernel touches
+ * may be written (the decode top-k kernel says why its rows qualify). fp4_pdl_trigger() lets
+ * the next such kernel launch while this one runs. */
 static __device__ __forceinline__ void fp4_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

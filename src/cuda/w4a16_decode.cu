@@ -545,8 +545,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
     __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
     /* The slot table and activations come from the kernels before. weights_first (plain
-     * NVFP4): the table from an earlier one (the kernel before waited for it), so the wait for
-     * the activations is deferred past the first weight copies (dec_block). */
+     * NVFP4): the table's writer has completed before this kernel could launch (the header
+     * says when), so the wait for the activations is deferred past the first weight copies
+     * (dec_block). */
     if (!(NV && !GATED && p.weights_first)) fp4_pdl_wait();
     fp4_pdl_trigger();
     const int slot = blockIdx.x, lane = threadIdx.x & 31;
@@ -969,7 +970,7 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
     if (p->one_token) { /* one token's slots, one per warp (one_token in the header) */
         if (p->wfmt != FP4_DEC_W_NVFP4 || p->gated || !p->tile_expert || !p->row_dst ||
             !p->row_w || p->row_src || p->n_slots != 1 || tt != 8 || p->tiles_per_warp > 1 ||
-            p->a_rows % 8 || p->a_rows > 8 * DEC_WARPS)
+            p->a_rows % 8 || p->a_rows > 8 * DEC_WARPS || p->out_bf16)
             return cudaErrorInvalidValue;
         return launch<FP4_DEC_W_NVFP4, 0, DEC_WARPS, 1, 1, true>(p, stream);
     }

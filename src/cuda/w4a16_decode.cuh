@@ -68,17 +68,21 @@ typedef struct fp4_dec_gemm_args {
     int tiles_per_warp;         /* m16 weight tiles per warp sharing one B fragment: 2 (NVFP4
                                    only; halves activation re-reads), else 1 */
     int weights_first;          /* plain NVFP4 with programmatic dependent launch: 1 when the
-                                   kernel before on the stream waited for the writer of the
-                                   slot table (tile_expert, row_dst, row_w) before it let this
-                                   one launch (a decode FC1 does): the table and the weights
-                                   are then read, and the first weight copies issued, before
-                                   this kernel's wait for the activations. 0: wait first */
+                                   writer of the slot table (tile_expert, row_dst, row_w) has
+                                   surely completed before this kernel can launch, e.g. the
+                                   kernel before waited for it before it let this one launch
+                                   (a decode FC1 does), or an earlier kernel of the chain did
+                                   (the shared FC1 ahead of the shared FC2 ahead of the
+                                   one-token FC2): the table and the weights are then read,
+                                   and the first weight copies issued, before this kernel's
+                                   wait for the activations. 0: wait first */
     int one_token;              /* plain NVFP4, 8-token slots, n_slots 1: every row of the
                                    table belongs to one token (M = 1) and the table has at
                                    most 8 slots (a_rows / 8); warp w of each block runs slot w
                                    over the whole K and the block writes out fp32 [n] = (out
                                    if accumulate) + the sum over slots, in slot order, of
-                                   row_w x each row's product: FC2 and the combine in one */
+                                   row_w x each row's product: FC2 and the combine in one;
+                                   out_bf16 must be 0 */
     int accumulate;             /* one_token: add to out instead of overwriting it */
     int tile_t;                 /* tokens per slot: 8 (0 means 8), or 16 / 32 (NVFP4 only: one
                                    dequantized weight fragment feeds 2 / 4 n8 mma tiles, at

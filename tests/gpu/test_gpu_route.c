@@ -245,7 +245,6 @@ static void run_case(const route_case *c, cudaStream_t st)
     free(router), free(bias), free(x), free(planes), free(logit), free(wref), free(idref);
     free(ids), free(te), free(rsrc), free(rdst), free(w), free(rw), free(cv), free(av);
 }
-#endif
 
 /* The one-token FC2 (fp4_dec_gemm_args.one_token) refuses what it cannot run before it
  * launches anything: each case below is one field away from a valid call (which the
@@ -261,7 +260,8 @@ static void run_one_token_rejects(void)
     ok.wq = (const uint8_t *)dummy, ok.ws = (const uint8_t *)dummy, ok.out = dummy;
     static const char *what[] = {"gated", "BF16 weights", "2 slots", "72 table rows",
                                  "table rows not whole slots", "16-token slots", "no slot table",
-                                 "no multipliers", "a row source table", "two tiles per warp"};
+                                 "no multipliers", "a row source table", "two tiles per warp",
+                                 "no destination rows", "bf16 output"};
     for (int c = 0; c < (int)(sizeof what / sizeof what[0]); c++) {
         fp4_dec_gemm_args p = ok;
         switch (c) {
@@ -275,6 +275,8 @@ static void run_one_token_rejects(void)
         case 7: p.row_w = NULL; break;
         case 8: p.row_src = (const int32_t *)dummy; break;
         case 9: p.tiles_per_warp = 2; break;
+        case 10: p.row_dst = NULL; break;
+        case 11: p.out_bf16 = 1; break;
         }
         cudaError_t err = fp4_dec_gemm(&p, 0);
         CHECK(err == cudaErrorInvalidValue, "one-token FC2 with %s: launch returned %s", what[c],
@@ -282,6 +284,7 @@ static void run_one_token_rejects(void)
     }
     printf("one-token FC2: %d invalid argument sets refused\n", (int)(sizeof what / sizeof what[0]));
 }
+#endif
 
 int main(void)
 {
