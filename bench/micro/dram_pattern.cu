@@ -15,8 +15,10 @@
  * --free-occupancy. The L2 is left clean before each repetition (memset of 256 MB, then a
  * read of another 256 MB); median of --reps CUDA-event timings.
  *
- *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy]
- * prints one line per (layout, blocks): microseconds, GB/s of the bytes copied.
+ *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]
+ * prints one line per (layout, blocks): microseconds, GB/s of the bytes copied. --work W
+ * adds W integer multiply-adds per group and lane (4 independent chains) after each group
+ * lands, in place of the decode's ~100 instructions of dequantization and mma.
  * Build: a CMake target of the CUDA build (bench/micro); runs on sm_80 and later.
  */
 #include <cuda_runtime.h>
@@ -60,7 +62,7 @@ static __device__ __forceinline__ const unsigned char *src_of(const unsigned cha
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-pattern_kernel(const unsigned char *w, int tiled, unsigned *sink)
+pattern_kernel(const unsigned char *w, int tiled, int work, unsigned *sink)
 {
     __shared__ __align__(16) unsigned char ring[WARPS][RING][512];
     if (tiled == 2) return; /* the launch-cost probe */
@@ -76,6 +78,14 @@ pattern_kernel(const unsigned char *w, int tiled, unsigned *sink)
         __syncwarp();
         const uint4 v = *(const uint4 *)&ring[warp][i % RING][16 * ((lane + 1) & 31)];
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        /* --work: 4 independent chains of work / 4 integer multiply-adds on the group's words,
+         * standing in for the dequantization and mma between two copies */
+        uint32_t c0 = v.x, c1 = v.y, c2 = v.z, c3 = v.w;
+        for (int j = 0; j < work; j += 4) {
+            c0 = c0 * 0x9e3779b1u + 7u, c1 = c1 * 0x85ebca6bu + 11u;
+            c2 = c2 * 0xc2b2ae35u + 13u, c3 = c3 * 0x27d4eb2fu + 17u;
+        }
+        acc ^= c0 ^ c1 ^ c2 ^ c3;
         __syncwarp();
         const int n = i + RING - 1;
         if (n < GROUPS) cp16(dst + 512 * (n % RING), src_of(w, tiled, b, warp, n, lane));
@@ -103,7 +113,7 @@ static int cmp_float(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int blocks[16], n_blocks = 0, reps = 15, free_occ = 0;
+    int blocks[16], n_blocks = 0, reps = 15, free_occ = 0, work = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--blocks") && i + 1 < argc && n_blocks < 16) {
             blocks[n_blocks] = atoi(argv[++i]);
@@ -118,10 +128,16 @@ int main(int argc, char **argv)
                 fprintf(stderr, "dram_pattern: --reps wants 1..1000, got %s\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--work") && i + 1 < argc) {
+            work = atoi(argv[++i]);
+            if (work < 0 || work > 100000) {
+                fprintf(stderr, "dram_pattern: --work wants 0..100000, got %s\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--free-occupancy")) {
             free_occ = 1;
         } else {
-            fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy]\n"
+            fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]\n"
                             "unknown or incomplete argument: %s\n", argv[i]);
             return 2;
         }
@@ -165,7 +181,7 @@ int main(int argc, char **argv)
     { /* the fixed cost of one timed launch: an empty grid of one block */
         for (int r = -2; r < reps; r++) {
             CK(cudaEventRecord(a, 0));
-            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, sink);
+            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, sink);
             CK(cudaEventRecord(b, 0));
             CK(cudaEventSynchronize(b));
             if (r >= 0) CK(cudaEventElapsedTime(&t[r], a, b));
@@ -174,14 +190,14 @@ int main(int argc, char **argv)
         printf("one block, nothing copied: %.2f us (launch and event cost in every line)\n",
                t[reps / 2] * 1000.0);
     }
-    printf("layout blocks blocks/SM MB us GB/s\n");
+    printf("layout blocks blocks/SM MB us GB/s (work %d per group and lane)\n", work);
     for (int bi = 0; bi < n_blocks; bi++) {
         for (int tiled = 0; tiled < 2; tiled++) {
             for (int r = -2; r < reps; r++) {
                 CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, 0));
                 read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
                 CK(cudaEventRecord(a, 0));
-                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, sink);
+                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, sink);
                 CK(cudaEventRecord(b, 0));
                 CK(cudaEventSynchronize(b));
                 CK(cudaGetLastError());
