@@ -15,10 +15,12 @@
  * --free-occupancy. The L2 is left clean before each repetition (memset of 256 MB, then a
  * read of another 256 MB); median of --reps CUDA-event timings.
  *
- *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]
+ *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W] [--xload]
  * prints one line per (layout, blocks): microseconds, GB/s of the bytes copied. --work W
  * adds W integer multiply-adds per group and lane (4 independent chains) after each group
- * lands, in place of the decode's ~100 instructions of dequantization and mma.
+ * lands, in place of the decode's ~100 instructions of dequantization and mma. --xload adds
+ * the decode's activation loads: 32 bytes per lane and group from an L2-resident buffer of
+ * 8 token rows (K = 6144 bf16), one group ahead, which the group's work depends on.
  * Build: a CMake target of the CUDA build (bench/micro); runs on sm_80 and later.
  */
 #include <cuda_runtime.h>
@@ -62,7 +64,7 @@ static __device__ __forceinline__ const unsigned char *src_of(const unsigned cha
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-pattern_kernel(const unsigned char *w, int tiled, int work, unsigned *sink)
+pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsigned *sink)
 {
     __shared__ __align__(16) unsigned char ring[WARPS][RING][512];
     if (tiled == 2) return; /* the launch-cost probe */
@@ -73,14 +75,23 @@ pattern_kernel(const unsigned char *w, int tiled, int work, unsigned *sink)
         commit();
     }
     unsigned acc = 0;
+    /* --xload: 32 bytes of activations per lane and group (token row lane / 4 of 8, as the
+     * decode's B fragments), loaded from L2 one group ahead; the group's work needs them */
+    const uint4 *xr = x + (size_t)(lane >> 2) * (ROW_BYTES * 4 / 16) + (size_t)warp * GROUPS * 8 + 2 * (lane & 3);
+    uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+    if (x) xa = __ldcg(xr), xb = __ldcg(xr + 1);
     for (int i = 0; i < GROUPS; i++) {
+        uint4 xn = make_uint4(0, 0, 0, 0), xm = xn;
+        if (x && i + 1 < GROUPS) xn = __ldcg(xr + 8 * (i + 1)), xm = __ldcg(xr + 8 * (i + 1) + 1);
         wait_groups<RING - 2>();
         __syncwarp();
         const uint4 v = *(const uint4 *)&ring[warp][i % RING][16 * ((lane + 1) & 31)];
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
         /* --work: 4 independent chains of work / 4 integer multiply-adds on the group's words,
          * standing in for the dequantization and mma between two copies */
-        uint32_t c0 = v.x, c1 = v.y, c2 = v.z, c3 = v.w;
+        uint32_t c0 = v.x ^ xa.x ^ xb.x, c1 = v.y ^ xa.y ^ xb.y, c2 = v.z ^ xa.z ^ xb.z,
+                 c3 = v.w ^ xa.w ^ xb.w;
+        xa = xn, xb = xm;
         for (int j = 0; j < work; j += 4) {
             c0 = c0 * 0x9e3779b1u + 7u, c1 = c1 * 0x85ebca6bu + 11u;
             c2 = c2 * 0xc2b2ae35u + 13u, c3 = c3 * 0x27d4eb2fu + 17u;
@@ -113,7 +124,7 @@ static int cmp_float(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int blocks[16], n_blocks = 0, reps = 15, free_occ = 0, work = 0;
+    int blocks[16], n_blocks = 0, reps = 15, free_occ = 0, work = 0, xload = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--blocks") && i + 1 < argc && n_blocks < 16) {
             blocks[n_blocks] = atoi(argv[++i]);
@@ -134,10 +145,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "dram_pattern: --work wants 0..100000, got %s\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--xload")) {
+            xload = 1;
         } else if (!strcmp(argv[i], "--free-occupancy")) {
             free_occ = 1;
         } else {
-            fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]\n"
+            fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W] [--xload]\n"
                             "unknown or incomplete argument: %s\n", argv[i]);
             return 2;
         }
@@ -157,6 +170,11 @@ int main(int argc, char **argv)
     unsigned char *w;
     void *flush, *clean;
     unsigned *sink;
+    uint4 *x = NULL; /* 8 token rows of K = 6144 bf16 (--xload) */
+    if (xload) {
+        CK(cudaMalloc((void **)&x, 8 * ROW_BYTES * 4));
+        CK(cudaMemset(x, 0x3c, 8 * ROW_BYTES * 4));
+    }
     CK(cudaMalloc((void **)&w, bytes));
     CK(cudaMalloc(&flush, FLUSH_BYTES));
     CK(cudaMalloc(&clean, FLUSH_BYTES));
@@ -181,7 +199,7 @@ int main(int argc, char **argv)
     { /* the fixed cost of one timed launch: an empty grid of one block */
         for (int r = -2; r < reps; r++) {
             CK(cudaEventRecord(a, 0));
-            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, sink);
+            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, NULL, sink);
             CK(cudaEventRecord(b, 0));
             CK(cudaEventSynchronize(b));
             if (r >= 0) CK(cudaEventElapsedTime(&t[r], a, b));
@@ -190,14 +208,15 @@ int main(int argc, char **argv)
         printf("one block, nothing copied: %.2f us (launch and event cost in every line)\n",
                t[reps / 2] * 1000.0);
     }
-    printf("layout blocks blocks/SM MB us GB/s (work %d per group and lane)\n", work);
+    printf("layout blocks blocks/SM MB us GB/s (work %d per group and lane%s)\n", work,
+           xload ? ", activations from L2 one group ahead" : "");
     for (int bi = 0; bi < n_blocks; bi++) {
         for (int tiled = 0; tiled < 2; tiled++) {
             for (int r = -2; r < reps; r++) {
                 CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, 0));
                 read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
                 CK(cudaEventRecord(a, 0));
-                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, sink);
+                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, x, sink);
                 CK(cudaEventRecord(b, 0));
                 CK(cudaEventSynchronize(b));
                 CK(cudaGetLastError());
@@ -210,6 +229,6 @@ int main(int argc, char **argv)
         }
     }
     free(t);
-    cudaFree(w), cudaFree(flush), cudaFree(clean), cudaFree(sink);
+    cudaFree(w), cudaFree(flush), cudaFree(clean), cudaFree(sink), cudaFree(x);
     return 0;
 }
