@@ -5,7 +5,7 @@
  *
  * Each block has 8 warps; each warp streams GROUPS groups of 16 rows x 32 bytes through a
  * per-warp cp.async ring of RING groups (16-byte copies, 128-byte L2 prefetch hint, RING - 1
- * groups in flight), like the KS 8 decode kernel with one m16 tile per warp, and touches each
+ * groups in flight; the decode's cp_async16_pf), like the KS 8 decode kernel with one m16 tile per warp, and touches each
  * landed group once (no math). Two layouts of the same bytes:
  *   rows  - row-major [rows][row_bytes] as src/gpu_pack.h: block b owns rows 16 b .. 16 b + 15,
  *           warp w the bytes [GROUPS 32 w, GROUPS 32 (w + 1)) of each; a warp copy is 16
@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_util.cuh" /* the kernels' own copy helpers (cp_async16_pf: the ring's hint) */
+
 #define WARPS 8
 #define RING 8
 #define GROUPS 12                    /* K = 6144: 96 groups of 64 over 8 warps */
@@ -44,17 +46,6 @@
         }                                                                                   \
     } while (0)
 
-static __device__ __forceinline__ void cp16(uint32_t dst, const void *src)
-{
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(src)
-                 : "memory");
-}
-static __device__ __forceinline__ void commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void wait_groups(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 /* Source of lane `lane`'s 16 bytes of group i of warp w of block b. */
 static __device__ __forceinline__ const unsigned char *src_of(const unsigned char *w, int tiled,
                                                               int b, int warp, int i, int lane)
@@ -69,10 +60,10 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsi
     __shared__ __align__(16) unsigned char ring[WARPS][RING][512];
     if (tiled == 2) return; /* the launch-cost probe */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.x;
-    const uint32_t dst = (uint32_t)__cvta_generic_to_shared(&ring[warp][0][16 * lane]);
+    const uint32_t dst = smem_u32(&ring[warp][0][16 * lane]);
     for (int i = 0; i < RING - 1; i++) {
-        if (i < GROUPS) cp16(dst + 512 * i, src_of(w, tiled, b, warp, i, lane));
-        commit();
+        if (i < GROUPS) cp_async16_pf(dst + 512 * i, src_of(w, tiled, b, warp, i, lane), 16);
+        cp_async_commit();
     }
     unsigned acc = 0;
     /* --xload: 32 bytes of activations per lane and group (token row lane / 4 of 8, as the
@@ -83,7 +74,7 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsi
     for (int i = 0; i < GROUPS; i++) {
         uint4 xn = make_uint4(0, 0, 0, 0), xm = xn;
         if (x && i + 1 < GROUPS) xn = __ldcg(xr + 8 * (i + 1)), xm = __ldcg(xr + 8 * (i + 1) + 1);
-        wait_groups<RING - 2>();
+        cp_async_wait<RING - 2>();
         __syncwarp();
         const uint4 v = *(const uint4 *)&ring[warp][i % RING][16 * ((lane + 1) & 31)];
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
@@ -99,8 +90,8 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsi
         acc ^= c0 ^ c1 ^ c2 ^ c3;
         __syncwarp();
         const int n = i + RING - 1;
-        if (n < GROUPS) cp16(dst + 512 * (n % RING), src_of(w, tiled, b, warp, n, lane));
-        commit();
+        if (n < GROUPS) cp_async16_pf(dst + 512 * (n % RING), src_of(w, tiled, b, warp, n, lane), 16);
+        cp_async_commit();
     }
     if (acc == 0x9e3779b9u) sink[0] = acc; /* keeps the reads; never true for these bytes */
 }

@@ -25,7 +25,7 @@ static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src,
 }
 
 /* The same with a 128-byte L2 prefetch hint (streams of consecutive 16-byte chunks). The
- * decode ring's weight copies: H200, against 256 bytes, -1 to -3.3% at M = 2-192, 0 at M = 1
+ * decode ring's weight copies: H200, against 256 bytes, -0.9 to -3.3% at M = 2-192, 0 at M = 1
  * top-8, no hint +5 to +9% (bench/NOTES.md seventeenth session). */
 static __device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void *src, int src_bytes)
 {
