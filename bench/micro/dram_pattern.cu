@@ -5,18 +5,21 @@
  *
  * Each block has 8 warps; each warp streams GROUPS groups of 16 rows x 32 bytes through a
  * per-warp cp.async ring of RING groups (16-byte copies, 128-byte L2 prefetch hint, RING - 1
- * groups in flight; the decode's cp_async16_pf), like the KS 8 decode kernel with one m16 tile per warp, and touches each
- * landed group once (no math). Two layouts of the same bytes:
+ * groups in flight; the decode's cp_async16_pf), like the KS 8 decode kernel with one m16
+ * tile per warp, and touches each landed group once (no math). Two layouts of the same bytes:
  *   rows  - row-major [rows][row_bytes] as src/gpu_pack.h: block b owns rows 16 b .. 16 b + 15,
  *           warp w the bytes [GROUPS 32 w, GROUPS 32 (w + 1)) of each; a warp copy is 16
  *           pieces of 32 bytes, row_bytes apart;
  *   tiled - the same pieces stored so that a warp's group is 512 contiguous bytes.
  * Blocks per SM are held to the decode's 4 (dynamic shared memory padding) unless
  * --free-occupancy. The L2 is left clean before each repetition (memset of 256 MB, then a
- * read of another 256 MB); median of --reps CUDA-event timings.
+ * read of another 256 MB); median of --reps CUDA-event timings, and of the kernel's own span
+ * (%globaltimer: the first block's start to the last block's end; the events also hold ~6 us
+ * of launch and event cost, which an empty launch measures).
  *
  *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W] [--xload]
- * prints one line per (layout, blocks): microseconds, GB/s of the bytes copied. --work W
+ * prints one line per (layout, blocks): microseconds and GB/s of the bytes copied, by the
+ * events and by the kernel's span. --work W
  * adds W integer multiply-adds per group and lane (4 independent chains) after each group
  * lands, in place of the decode's ~100 instructions of dequantization and mma. --xload adds
  * the decode's activation loads: 32 bytes per lane and group from an L2-resident buffer of
@@ -54,10 +57,20 @@ static __device__ __forceinline__ const unsigned char *src_of(const unsigned cha
     return w + (size_t)(16 * b + (lane >> 1)) * ROW_BYTES + (warp * GROUPS + i) * 32 + 16 * (lane & 1);
 }
 
+static __device__ __forceinline__ unsigned long long global_ns(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* span[0] / span[1]: the earliest block start / the latest block end (ns, %globaltimer) */
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsigned *sink)
+pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsigned *sink,
+               unsigned long long *span)
 {
     __shared__ __align__(16) unsigned char ring[WARPS][RING][512];
+    if (threadIdx.x == 0) atomicMin(&span[0], global_ns());
     if (tiled == 2) return; /* the launch-cost probe */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.x;
     const uint32_t dst = smem_u32(&ring[warp][0][16 * lane]);
@@ -94,6 +107,8 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsi
         cp_async_commit();
     }
     if (acc == 0x9e3779b9u) sink[0] = acc; /* keeps the reads; never true for these bytes */
+    __syncthreads();
+    if (threadIdx.x == 0) atomicMax(&span[1], global_ns());
 }
 
 /* A read of n words: leaves the L2 full of clean lines. */
@@ -186,11 +201,13 @@ int main(int argc, char **argv)
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    float *t = (float *)malloc(sizeof(float) * reps);
+    float *t = (float *)malloc(sizeof(float) * reps), *ts = (float *)malloc(sizeof(float) * reps);
+    unsigned long long *span, span0[2] = {~0ull, 0ull}, spanh[2];
+    CK(cudaMalloc((void **)&span, sizeof span0));
     { /* the fixed cost of one timed launch: an empty grid of one block */
         for (int r = -2; r < reps; r++) {
             CK(cudaEventRecord(a, 0));
-            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, NULL, sink);
+            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, NULL, sink, span);
             CK(cudaEventRecord(b, 0));
             CK(cudaEventSynchronize(b));
             if (r >= 0) CK(cudaEventElapsedTime(&t[r], a, b));
@@ -199,27 +216,35 @@ int main(int argc, char **argv)
         printf("one block, nothing copied: %.2f us (launch and event cost in every line)\n",
                t[reps / 2] * 1000.0);
     }
-    printf("layout blocks blocks/SM MB us GB/s (work %d per group and lane%s)\n", work,
+    printf("layout blocks blocks/SM MB us GB/s kernel_us kernel_GB/s (work %d per group and lane%s;"
+           " kernel: first block start to last block end, %%globaltimer)\n", work,
            xload ? ", activations from L2 one group ahead" : "");
     for (int bi = 0; bi < n_blocks; bi++) {
         for (int tiled = 0; tiled < 2; tiled++) {
             for (int r = -2; r < reps; r++) {
                 CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, 0));
                 read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
+                CK(cudaMemcpyAsync(span, span0, sizeof span0, cudaMemcpyHostToDevice, 0));
                 CK(cudaEventRecord(a, 0));
-                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, x, sink);
+                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, x, sink, span);
                 CK(cudaEventRecord(b, 0));
                 CK(cudaEventSynchronize(b));
                 CK(cudaGetLastError());
-                if (r >= 0) CK(cudaEventElapsedTime(&t[r], a, b));
+                CK(cudaMemcpy(spanh, span, sizeof spanh, cudaMemcpyDeviceToHost));
+                if (r >= 0) {
+                    CK(cudaEventElapsedTime(&t[r], a, b));
+                    ts[r] = (float)(spanh[1] - spanh[0]) * 1e-6f; /* ms, like the events */
+                }
             }
             qsort(t, reps, sizeof *t, cmp_float);
+            qsort(ts, reps, sizeof *ts, cmp_float);
             const double us = t[reps / 2] * 1000.0, mb = blocks[bi] * 16.0 * ROW_BYTES / 1e6;
-            printf("%s %d %d %.2f %.2f %.0f\n", tiled ? "tiled" : "rows", blocks[bi], per_sm, mb, us,
-                   mb * 1e3 / us);
+            const double kus = ts[reps / 2] * 1000.0;
+            printf("%s %d %d %.2f %.2f %.0f %.2f %.0f\n", tiled ? "tiled" : "rows", blocks[bi], per_sm,
+                   mb, us, mb * 1e3 / us, kus, mb * 1e3 / kus);
         }
     }
-    free(t);
-    cudaFree(w), cudaFree(flush), cudaFree(clean), cudaFree(sink), cudaFree(x);
+    free(t), free(ts);
+    cudaFree(span), cudaFree(w), cudaFree(flush), cudaFree(clean), cudaFree(sink), cudaFree(x);
     return 0;
 }
