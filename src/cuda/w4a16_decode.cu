@@ -892,15 +892,54 @@ extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router
                               tile_expert, row_src, row_dst, row_w);
 }
 
+/* Dynamic shared memory (beyond the kernel's static rings) that holds a grid of one wave to
+ * ceil(blocks / SMs) blocks per SM where registers would let an SM take more, so that no SM
+ * runs more of the grid's blocks than the even share. 0: the grid is not one wave, or the
+ * share is already the limit. H200, tp8 shapes, M=1 (FC1 384 / 192 blocks and the one-token
+ * FC2 384, 4 per SM by registers; bench/NOTES.md eighteenth session): layer -0.9 to -2.1%
+ * top-8, -0.9 to -1.2% top-4, -4.2% at I = 3072. For kernels without staged activations (KS
+ * 8: their dynamic shared memory is unused). A few runtime queries per launch (host). */
+static size_t dec_spread_bytes(const void *kern, long long blocks)
+{
+    int dev, n_sm, smem_sm, optin, reserved, natural, got;
+    cudaFuncAttributes fa;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ||
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) ||
+        cudaFuncGetAttributes(&fa, kern) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kern, DEC_THREADS, 0) ||
+        n_sm < 1)
+        return 0;
+    const long long cap = (blocks + n_sm - 1) / n_sm;
+    if (cap >= natural) return 0;
+    /* a block just over 1 / (cap + 1) of the SM's shared memory: cap of them fit, not cap + 1 */
+    const long long stat = (long long)fa.sharedSizeBytes;
+    const long long pad = smem_sm / (cap + 1) + 1 - reserved - stat;
+    if (pad <= 0 || pad + stat > optin) return 0;
+    /* raised once per kernel; not a stream operation */
+    if (pad > fa.maxDynamicSharedSizeBytes &&
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pad))
+        return 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, DEC_THREADS, (size_t)pad) ||
+        got != cap)
+        return 0;
+    return (size_t)pad;
+}
+
 template <int WF, int GATED, int KS, int RT, int NB, bool OT = false>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
     dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
-    const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k) : 0;
+    const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT>;
+    const long long blocks = (long long)grid.x * grid.y;
+    const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k)
+                                     : dec_spread_bytes((const void *)kern, blocks);
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), xs, stream, at);
-    return cudaLaunchKernelEx(&cfg, fp4_dec_kernel<WF, GATED, KS, RT, NB, OT>, *p);
+    return cudaLaunchKernelEx(&cfg, kern, *p);
 }
 
 /* The staged-activation kernels (NVFP4, KS 1 and 2: the ones launch_nv instantiates) may take

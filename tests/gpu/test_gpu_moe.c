@@ -725,6 +725,10 @@ int main(void)
          * their weight copies issued before the PDL wait (weights_first), sm90-wgmma's FC2 by
          * the one-tile kernel */
         {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
+        /* H = I = 1024: at M=1 the decode FC1 and the shared FC1 split K over 8 warps (top-8:
+         * 512 FC1 tiles, two per warp), the one-token FC2 runs 16 groups per warp; grids of
+         * one wave with fewer blocks per SM than registers allow (shared memory padded) */
+        {"wide-HI", 1024, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 4, k48, 2, 1, 0},
         {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k48, 2, 0, 1},
     };
@@ -741,6 +745,7 @@ int main(void)
             {"odd-H", 320, 16, 128, SH_NONE, 0, ms_s, 2, k_odd, 2, 0, 0},
             {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
             {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
+            {"wide-HI", 1024, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         };
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
     } else if (is_profile) {
