@@ -9,7 +9,9 @@
  * 2e-3), y finite everywhere (outputs are NaN-poisoned before every run), routing ids equal
  * to the reference except where selection scores tie within 1e-5, weights within 1e-4.
  * Shapes: tiny (H 256, E 8, I 128, nvfp4 shared expert) over M 1..4096; tiny variants with a
- * bf16 shared expert, no shared expert, H % 128 != 0 and top-k = E; tp8 rank (H 6144,
+ * bf16 shared expert, no shared expert, H % 128 != 0 and top-k = E; wide-I (I 1024) and
+ * wide-HI (H = I = 1024: the decode's K-split FC1 at M=1, shared memory padded to spread a
+ * grid of one wave, two tiles per warp at top-8); tp8 rank (H 6144,
  * E 128, I 384, mxfp8 shared expert) over M 1, 7, 64 only, plus M 1000, 4096 and 16384 checked
  * on 64 sampled rows: the CPU reference is the slow part (2 threads), and the whole suite
  * must stay under ~2 minutes. Skewed routing: router bias +0.5 on experts 0 and 1 and -100 on
