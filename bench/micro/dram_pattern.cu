@@ -17,13 +17,18 @@
  * (%globaltimer: the first block's start to the last block's end; the events also hold ~6 us
  * of launch and event cost, which an empty launch measures).
  *
- *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W] [--xload]
+ *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]
+ *                [--xload | --xring] [--xrows R]
  * prints one line per (layout, blocks): microseconds and GB/s of the bytes copied, by the
  * events and by the kernel's span. --work W
  * adds W integer multiply-adds per group and lane (4 independent chains) after each group
  * lands, in place of the decode's ~100 instructions of dequantization and mma. --xload adds
  * the decode's activation loads: 32 bytes per lane and group from an L2-resident buffer of
- * 8 token rows (K = 6144 bf16), one group ahead, which the group's work depends on.
+ * 8 token rows (K = 6144 bf16), one group ahead, which the group's work depends on; --xring
+ * copies each group's rows (128 bytes each) into the warp's ring beside its weights instead
+ * and reads them from there (RING x rows x 144 bytes of dynamic shared memory per warp:
+ * fewer blocks per SM at 8 rows). --xrows R (default 8): the lanes of token rows < R load,
+ * the others use zeros (a decode slot of R tokens; M=1: 1).
  * Build: a CMake target of the CUDA build (bench/micro); runs on sm_80 and later.
  */
 #include <cuda_runtime.h>
@@ -64,31 +69,61 @@ static __device__ __forceinline__ unsigned long long global_ns(void)
     return t;
 }
 
+#define X_ROW_PAD 144 /* bytes per token row and group in the --xring ring (128 + 16 of pad) */
+#define XMODE_LOAD 1  /* --xload */
+#define XMODE_RING 2  /* --xring */
+
+/* --xring: the group's token rows (xrows of them, 128 bytes each) copied into this warp's
+ * stage st beside its weights; chunk c = lane + 32 q is row c / 8, bytes 16 (c % 8). */
+static __device__ __forceinline__ void copy_rows(unsigned char *xq, const uint4 *x, int xrows,
+                                                 int warp, int i, int st, int lane)
+{
+    const unsigned char *src = (const unsigned char *)x + (size_t)(warp * GROUPS + i) * 128;
+    for (int q = 0; q < 2; q++) {
+        const int c = lane + 32 * q, r = c >> 3;
+        if (r < xrows)
+            cp_async16(smem_u32(xq + (st * xrows + r) * X_ROW_PAD + 16 * (c & 7)),
+                       src + (size_t)r * ROW_BYTES * 4 + 16 * (c & 7), 16);
+    }
+}
+
 /* span[0] / span[1]: the earliest block start / the latest block end (ns, %globaltimer) */
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsigned *sink,
-               unsigned long long *span)
+pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, int xmode, int xrows,
+               unsigned *sink, unsigned long long *span)
 {
     __shared__ __align__(16) unsigned char ring[WARPS][RING][512];
+    extern __shared__ __align__(16) unsigned char dyn[]; /* padding; the --xring rows */
     if (threadIdx.x == 0) atomicMin(&span[0], global_ns());
     if (tiled == 2) return; /* the launch-cost probe */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.x;
+    const int g = lane >> 2, t = lane & 3; /* B fragment: token row g, lane quad t */
     const uint32_t dst = smem_u32(&ring[warp][0][16 * lane]);
+    unsigned char *xq = dyn + (size_t)warp * RING * xrows * X_ROW_PAD;
     for (int i = 0; i < RING - 1; i++) {
-        if (i < GROUPS) cp_async16_pf(dst + 512 * i, src_of(w, tiled, b, warp, i, lane), 16);
+        if (i < GROUPS) {
+            cp_async16_pf(dst + 512 * i, src_of(w, tiled, b, warp, i, lane), 16);
+            if (xmode == XMODE_RING) copy_rows(xq, x, xrows, warp, i, i, lane);
+        }
         cp_async_commit();
     }
     unsigned acc = 0;
-    /* --xload: 32 bytes of activations per lane and group (token row lane / 4 of 8, as the
-     * decode's B fragments), loaded from L2 one group ahead; the group's work needs them */
-    const uint4 *xr = x + (size_t)(lane >> 2) * (ROW_BYTES * 4 / 16) + (size_t)warp * GROUPS * 8 + 2 * (lane & 3);
+    /* --xload: 32 bytes of activations per lane and group (token row g < xrows, as the
+     * decode's B fragments), loaded from L2 one group ahead; the group's work needs them.
+     * --xring: the same 32 bytes read from the ring once the group has landed. */
+    const bool xl = xmode == XMODE_LOAD && g < xrows;
+    const uint4 *xr = x + (size_t)g * (ROW_BYTES * 4 / 16) + (size_t)warp * GROUPS * 8 + 2 * t;
     uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
-    if (x) xa = __ldcg(xr), xb = __ldcg(xr + 1);
+    if (xl) xa = __ldcg(xr), xb = __ldcg(xr + 1);
     for (int i = 0; i < GROUPS; i++) {
         uint4 xn = make_uint4(0, 0, 0, 0), xm = xn;
-        if (x && i + 1 < GROUPS) xn = __ldcg(xr + 8 * (i + 1)), xm = __ldcg(xr + 8 * (i + 1) + 1);
+        if (xl && i + 1 < GROUPS) xn = __ldcg(xr + 8 * (i + 1)), xm = __ldcg(xr + 8 * (i + 1) + 1);
         cp_async_wait<RING - 2>();
         __syncwarp();
+        if (xmode == XMODE_RING && g < xrows) {
+            const uint4 *xs = (const uint4 *)(xq + ((i % RING) * xrows + g) * X_ROW_PAD + 32 * t);
+            xa = xs[0], xb = xs[1];
+        }
         const uint4 v = *(const uint4 *)&ring[warp][i % RING][16 * ((lane + 1) & 31)];
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
         /* --work: 4 independent chains of work / 4 integer multiply-adds on the group's words,
@@ -103,7 +138,10 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, unsi
         acc ^= c0 ^ c1 ^ c2 ^ c3;
         __syncwarp();
         const int n = i + RING - 1;
-        if (n < GROUPS) cp_async16_pf(dst + 512 * (n % RING), src_of(w, tiled, b, warp, n, lane), 16);
+        if (n < GROUPS) {
+            cp_async16_pf(dst + 512 * (n % RING), src_of(w, tiled, b, warp, n, lane), 16);
+            if (xmode == XMODE_RING) copy_rows(xq, x, xrows, warp, n, n % RING, lane);
+        }
         cp_async_commit();
     }
     if (acc == 0x9e3779b9u) sink[0] = acc; /* keeps the reads; never true for these bytes */
@@ -130,7 +168,7 @@ static int cmp_float(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int blocks[16], n_blocks = 0, reps = 15, free_occ = 0, work = 0, xload = 0;
+    int blocks[16], n_blocks = 0, reps = 15, free_occ = 0, work = 0, xmode = 0, xrows = 8;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--blocks") && i + 1 < argc && n_blocks < 16) {
             blocks[n_blocks] = atoi(argv[++i]);
@@ -151,12 +189,19 @@ int main(int argc, char **argv)
                 fprintf(stderr, "dram_pattern: --work wants 0..100000, got %s\n", argv[i]);
                 return 2;
             }
-        } else if (!strcmp(argv[i], "--xload")) {
-            xload = 1;
+        } else if (!strcmp(argv[i], "--xload") || !strcmp(argv[i], "--xring")) {
+            xmode = !strcmp(argv[i], "--xload") ? XMODE_LOAD : XMODE_RING;
+        } else if (!strcmp(argv[i], "--xrows") && i + 1 < argc) {
+            xrows = atoi(argv[++i]);
+            if (xrows < 1 || xrows > 8) {
+                fprintf(stderr, "dram_pattern: --xrows wants 1..8 token rows, got %s\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--free-occupancy")) {
             free_occ = 1;
         } else {
-            fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W] [--xload]\n"
+            fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]\n"
+                            "                    [--xload | --xring] [--xrows R]\n"
                             "unknown or incomplete argument: %s\n", argv[i]);
             return 2;
         }
@@ -176,8 +221,8 @@ int main(int argc, char **argv)
     unsigned char *w;
     void *flush, *clean;
     unsigned *sink;
-    uint4 *x = NULL; /* 8 token rows of K = 6144 bf16 (--xload) */
-    if (xload) {
+    uint4 *x = NULL; /* 8 token rows of K = 6144 bf16 (--xload, --xring) */
+    if (xmode) {
         CK(cudaMalloc((void **)&x, 8 * ROW_BYTES * 4));
         CK(cudaMemset(x, 0x3c, 8 * ROW_BYTES * 4));
     }
@@ -194,8 +239,11 @@ int main(int argc, char **argv)
         CK(cudaGetDeviceProperties(&prop, 0));
         pad = (int)(prop.sharedMemPerMultiprocessor / 4) - (int)sizeof(unsigned char[WARPS][RING][512]) - 2048;
         if (pad < 0) pad = 0;
-        CK(cudaFuncSetAttribute(pattern_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
     }
+    /* --xring: the rows' ring in the same dynamic shared memory (more of it: fewer blocks) */
+    const int xring_bytes = xmode == XMODE_RING ? WARPS * RING * xrows * X_ROW_PAD : 0;
+    if (xring_bytes > pad) pad = xring_bytes;
+    CK(cudaFuncSetAttribute(pattern_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pattern_kernel, WARPS * 32, pad));
     cudaEvent_t a, b;
@@ -207,7 +255,7 @@ int main(int argc, char **argv)
     { /* the fixed cost of one timed launch: an empty grid of one block */
         for (int r = -2; r < reps; r++) {
             CK(cudaEventRecord(a, 0));
-            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, NULL, sink, span);
+            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, NULL, 0, xrows, sink, span);
             CK(cudaEventRecord(b, 0));
             CK(cudaEventSynchronize(b));
             if (r >= 0) CK(cudaEventElapsedTime(&t[r], a, b));
@@ -216,9 +264,11 @@ int main(int argc, char **argv)
         printf("one block, nothing copied: %.2f us (launch and event cost in every line)\n",
                t[reps / 2] * 1000.0);
     }
-    printf("layout blocks blocks/SM MB us GB/s kernel_us kernel_GB/s (work %d per group and lane%s;"
-           " kernel: first block start to last block end, %%globaltimer)\n", work,
-           xload ? ", activations from L2 one group ahead" : "");
+    printf("layout blocks blocks/SM MB us GB/s kernel_us kernel_GB/s (work %d per group and lane%s,"
+           " %d token rows; kernel: first block start to last block end, %%globaltimer)\n", work,
+           xmode == XMODE_LOAD ? ", activations from L2 one group ahead"
+                               : xmode == XMODE_RING ? ", activations through the ring" : "",
+           xrows);
     for (int bi = 0; bi < n_blocks; bi++) {
         for (int tiled = 0; tiled < 2; tiled++) {
             for (int r = -2; r < reps; r++) {
@@ -226,7 +276,8 @@ int main(int argc, char **argv)
                 read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
                 CK(cudaMemcpyAsync(span, span0, sizeof span0, cudaMemcpyHostToDevice, 0));
                 CK(cudaEventRecord(a, 0));
-                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, x, sink, span);
+                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, x, xmode, xrows,
+                                                                sink, span);
                 CK(cudaEventRecord(b, 0));
                 CK(cudaEventSynchronize(b));
                 CK(cudaGetLastError());
