@@ -728,8 +728,9 @@ int main(void)
          * the one-tile kernel */
         {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         /* H = I = 1024: at M=1 the decode FC1 and the shared FC1 split K over 8 warps (top-8:
-         * 512 FC1 tiles, two per warp), the one-token FC2 runs 16 groups per warp; grids of
-         * one wave with fewer blocks per SM than registers allow (shared memory padded) */
+         * 8 slots x 128 m16 tiles, two per warp), the one-token FC2 runs 16 groups per warp;
+         * grids of one wave with fewer blocks per SM than registers allow (shared memory
+         * padded: the one-token FC2 and the shared FC1) */
         {"wide-HI", 1024, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         {"tp8", 6144, 128, 384, SH_MXFP8, 384, ms_tp8, 4, k48, 2, 1, 0},
         {"tp8-large", 6144, 128, 384, SH_MXFP8, 384, ms_tp8_big, 3, k48, 2, 0, 1},
