@@ -644,7 +644,6 @@ static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int u
         if (e1 >= 0 && e1 != e0) alone(e1, s1, width(n1));
     }
 }
-#endif
 
 /* A CTA of either kernel: its shared memory (the dynamic base aligned to 1 KB for the 128-byte
  * swizzle) and its place in the grid (unit, first column tile, column tiles), blocks being
@@ -664,6 +663,7 @@ static __device__ __forceinline__ wg_cta wg_cta_of(unsigned char *smem_raw, int 
     c.nct = min(cols, ny - c.ctile);
     return c;
 }
+#endif
 
 /* Grid: units of two consecutive slots x groups of cols column tiles (the launcher's: 1, or
  * WG_COLS with STRIPS), column fastest (the units of one expert and the column tiles of one

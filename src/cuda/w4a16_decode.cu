@@ -897,18 +897,20 @@ extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router
  * runs more of the grid's blocks than the even share. 0: the grid is not one wave, or the
  * share is already the limit. H200, tp8 shapes, M=1 (FC1 384 / 192 blocks and the one-token
  * FC2 384, 4 per SM by registers; bench/NOTES.md eighteenth session): layer -0.9 to -2.1%
- * top-8, -0.9 to -1.2% top-4, -4.2% at I = 3072. For kernels without staged activations (KS
- * 8: their dynamic shared memory is unused). A few runtime queries per launch (host). */
+ * top-8, -0.9 to -1.2% top-4, -4.2% at I = 3072. For the kernels without staged activations
+ * (KS 8, and BF16 weights: their dynamic shared memory is unused). A few runtime queries per
+ * launch (host). */
 static size_t dec_spread_bytes(const void *kern, long long blocks)
 {
     int dev, n_sm, smem_sm, optin, reserved, natural, got;
     cudaFuncAttributes fa;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+    /* any query that fails (cudaSuccess is 0): no padding */
+    if (cudaGetDevice(&dev) ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) ||
         cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ||
         cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) ||
-        cudaFuncGetAttributes(&fa, kern) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kern) ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kern, DEC_THREADS, 0) ||
         n_sm < 1)
         return 0;
