@@ -37,6 +37,31 @@ static __device__ __forceinline__ uint32_t route_key(float s)
     return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
+/* pv[j] = 1.f / (1.f + expf(-pv[j])) for the lane's J logits, bit for bit (test_gpu_route
+ * compares every float). The IEEE division has a slow-path call per element, after which the
+ * J run one after another; here each 1 / d is the division's fast path with a = 1 (approximate
+ * reciprocal, then two FMA corrections: correctly rounded while 1 / d is normal, i.e. d <
+ * 2^125, and d >= 1 always), so the J interleave, and a lane with some d out of that range
+ * (x < -86.6, or NaN) redoes all J by division. */
+static __device__ __forceinline__ void route_sigmoid_lane(float (&pv)[FP4_ROUTE_LANE_EXPERTS])
+{
+    constexpr int J = FP4_ROUTE_LANE_EXPERTS;
+    float d[J];
+    bool slow = false;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        d[j] = 1.f + expf(-pv[j]);
+        slow |= !(d[j] < 0x1p125f);
+        float r;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d[j]));
+        r = fmaf(r, fmaf(-d[j], r, 1.f), r);
+        pv[j] = fmaf(r, fmaf(-d[j], r, 1.f), r);
+    }
+    if (slow)
+#pragma unroll
+        for (int j = 0; j < J; j++) pv[j] = 1.f / d[j];
+}
+
 /* The whole warp, one token: pv[j] is the logit of expert lane + 32 j (ignored for e >=
  * n_experts; overwritten with its probability), bv[j] its bias (route_bias_lane). Top-k by
  * score + bias, ties to the lower id, NaN scores last (all NaN: expert 0, as the original).
@@ -56,8 +81,7 @@ static __device__ __forceinline__ int route_select_warp(float (&pv)[FP4_ROUTE_LA
     const int lane = threadIdx.x & 31;
     uint32_t key[J];
     if (scoring == 0) {
-#pragma unroll
-        for (int j = 0; j < J; j++) pv[j] = 1.f / (1.f + expf(-pv[j]));
+        route_sigmoid_lane(pv);
     } else {
         float mx = -INFINITY, sum = 0.f;
 #pragma unroll

@@ -796,7 +796,10 @@ static_assert(FP4_DEC_ROUTE_MAX_M % (TG_THREADS / 32) == 0, "whole token rounds 
  * than k non-NaN scores takes expert 0 for each missing choice (route_select.cuh), so its ids
  * repeat and a rank per token no longer gives each pair a row: if any token fell back, the
  * block groups by pair counts instead (group_pairs; the order inside a segment is then that
- * of shared-memory atomics). */
+ * of shared-memory atomics). One token (k <= 32) takes a shorter path to the same table:
+ * warp 0 chooses, and lane s puts choice s into slot (rank of its expert among the k ids),
+ * row 0; the empty slots are marked before the wait. No masks, scan or search: the chain
+ * after the choice is a few shuffles and four stores. */
 __global__ void __launch_bounds__(TG_THREADS)
 fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
                           int m, int n_experts, int k, int scoring, int norm_topk,
@@ -818,9 +821,42 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
         row_dst[r] = -1;
         row_w[r] = 0.f;
     }
+    /* one token: its slots are the first k (its experts in id order), the rest are empty */
+    const bool one = m == 1 && k <= 32;
+    if (one)
+        for (int s = k + tid; s < n_slots; s += TG_THREADS) tile_expert[s] = -1;
     __syncthreads();
     fp4_pdl_wait();
     fp4_pdl_trigger();
+    if (one) { /* warp 0: its lane s holds choice s; the slot of an expert is its rank by id */
+        if (warp == 0) {
+            float pv[J];
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                int e = lane + 32 * j;
+                pv[j] = e < n_experts ? logits[e] : 0.f;
+            }
+            int id, r = 0;
+            float wt;
+            if (route_select_warp(pv, bv, n_experts, k, scoring, norm_topk, scaling, ids, w, id,
+                                  wt)) {
+                if (lane == 0) fell_back = 1;
+            } else { /* no fallback: the k ids differ */
+                for (int o = 0; o < k; o++) r += __shfl_sync(0xffffffffu, id, o) < id;
+                if (lane < k) {
+                    tile_expert[r] = id;
+                    row_src[FP4_DEC_TILE_T * r] = 0;
+                    row_dst[FP4_DEC_TILE_T * r] = lane;
+                    row_w[FP4_DEC_TILE_T * r] = wt;
+                }
+            }
+        }
+        __syncthreads();
+        if (fell_back) /* repeated ids: the general grouping (every slot and row rewritten) */
+            group_pairs(ids, w, k, k, n_experts, n_slots, FP4_DEC_TILE_T, tile_expert, row_src,
+                        row_dst, row_w);
+        return;
+    }
     int sel_id[TG_TOK];
     float sel_w[TG_TOK];
 #pragma unroll

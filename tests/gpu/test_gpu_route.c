@@ -18,7 +18,11 @@
  * grouping rebuilt from the expected ids: experts in id order, each in ceil(pairs / 8) slots
  * of 8 rows, its rows exactly its pairs (source token, pair index, the pair's weight bit for
  * bit), in token order where no id repeats, padded rows empty. Outputs are poisoned with
- * non-NaN values first, so an unwritten entry cannot pass as a NaN.
+ * non-NaN values first, so an unwritten entry cannot pass as a NaN. One token has its own
+ * path in the decode router (slots by rank of the chosen ids): ties, NaN scores and biases
+ * (the fallback to the general grouping), softmax with k 40 (> 32: the general path), 100
+ * experts. The routers' sigmoid is compared with the IEEE formula for every float
+ * (test_gpu_route_dev.cu).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  */
 #include <math.h>
@@ -36,6 +40,8 @@
 #include "gpu/cuda_check.h"
 #include "cuda/moe_route.cuh"
 #include "cuda/w4a16_decode.cuh"
+
+long long route_sigmoid_mismatches(unsigned *first_bad); /* test_gpu_route_dev.cu */
 
 #define MAX_H 288
 #define W_TOL 1e-5 /* routing weights: fp32 expf on the GPU against double */
@@ -295,6 +301,12 @@ int main(void)
 #ifdef FP4MOE_WITH_CUDA
     static const route_case cases[] = {
         {"ties, one token", 1, 128, 8, 0, 1, 2.5f, -1, -1, 0, 256},
+        {"one token, NaN expert, top-4", 1, 128, 4, 0, 0, 1.0f, 3, -1, 0, 256},
+        {"one token, all NaN", 1, 128, 8, 0, 1, 1.0f, -1, 0, 0, 256},
+        {"one token, NaN biases", 1, 128, 8, 0, 1, 2.5f, -1, -1, 1, 256},
+        {"one token, 100 experts", 1, 100, 6, 0, 1, 1.0f, -1, -1, 0, 256},
+        {"one token, softmax, k 32", 1, 64, 32, 1, 1, 1.5f, -1, -1, 0, 256},
+        {"one token, softmax, k 40", 1, 64, 40, 1, 1, 1.5f, -1, -1, 0, 256},
         {"ties, NaN expert", 7, 128, 8, 0, 0, 1.0f, 3, -1, 0, 256},
         {"NaN token", 5, 128, 8, 0, 1, 1.0f, -1, 2, 0, 256},
         {"NaN biases", 4, 128, 8, 0, 1, 2.5f, -1, -1, 1, 256},
@@ -314,6 +326,11 @@ int main(void)
     CK(fp4_moe_route_init());
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], st);
     run_one_token_rejects();
+    unsigned first_bad = 0;
+    long long bad = route_sigmoid_mismatches(&first_bad);
+    CHECK(bad == 0, "router sigmoid: %lld of 2^32 inputs differ from 1 / (1 + expf(-x)), first "
+          "bit pattern 0x%08x", bad, first_bad);
+    printf("router sigmoid: %lld of 2^32 inputs differ from the IEEE formula\n", bad);
     CK(cudaStreamDestroy(st));
     int major = 0, minor = 0;
     if (fp4_gpu_device_cc(&major, &minor) && major == 9 && minor == 0) {
