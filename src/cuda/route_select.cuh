@@ -105,16 +105,21 @@ static __device__ __forceinline__ int route_select_warp(float (&pv)[FP4_ROUTE_LA
     int fallbacks = 0;
     sel_id = 0, sel_w = 0.f;
     for (int s = 0; s < k; s++) {
-        uint32_t lk = 0u;
-        float lp = 0.f;
-        int li = 0x7fffffff;
+        /* the lane's largest key by a tree (depth 3, not a chain of J): strictly larger
+         * replaces, so the lower j (id) keeps a tie */
+        uint32_t tk[J];
+        float tp[J];
+        int tj[J];
 #pragma unroll
-        for (int j = 0; j < J; j++) /* strictly larger: the lower j (id) keeps a tie */
-            if (key[j] > lk) {
-                lk = key[j];
-                li = lane + 32 * j;
-                lp = pv[j];
-            }
+        for (int j = 0; j < J; j++) tk[j] = key[j], tp[j] = pv[j], tj[j] = j;
+#pragma unroll
+        for (int h = 1; h < J; h <<= 1)
+#pragma unroll
+            for (int j = 0; j < J; j += 2 * h)
+                if (tk[j + h] > tk[j]) tk[j] = tk[j + h], tp[j] = tp[j + h], tj[j] = tj[j + h];
+        const uint32_t lk = tk[0];
+        const float lp = tp[0];
+        const int li = lane + 32 * tj[0]; /* used only where lk is the warp's best, > 0 */
         const uint32_t best = __reduce_max_sync(0xffffffffu, lk);
         /* only NaN scores (or taken) left: expert 0 with its probability, as the original */
         const int bi = best ? (int)__reduce_min_sync(0xffffffffu, lk == best ? (uint32_t)li
@@ -122,10 +127,9 @@ static __device__ __forceinline__ int route_select_warp(float (&pv)[FP4_ROUTE_LA
                             : 0;
         const float bp = __shfl_sync(0xffffffffu, best ? lp : pv[0], bi & 31);
         fallbacks += !best;
-        if ((bi & 31) == lane)
 #pragma unroll
-            for (int j = 0; j < J; j++)
-                if (j == (bi >> 5)) key[j] = 0u;
+        for (int j = 0; j < J; j++) /* taken (a select per key: no local memory) */
+            key[j] = lane + 32 * j == bi ? 0u : key[j];
         chosen_sum += bp;
         if (s == lane) sel_id = bi, sel_w = bp;
         if (s >= 32 && lane == 0) ids_t[s] = bi, w_t[s] = bp; /* scaled below */
