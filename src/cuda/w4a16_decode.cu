@@ -9,9 +9,10 @@
  * with 8-token slots), else from the slot's token rows staged in shared memory: the whole K
  * once per block when its 8 warps are row warps (KS 1, K < 1024), or chunks of 4 groups per
  * K slice, double-buffered, when 2 K slices of 4 row warps share them (KS 2: long K with 16-
- * and 32-token slots). NVFP4 weights and scales stream through a per-warp
- * cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB of 16-byte copies
- * in flight while it computes; BF16 weights (shared experts) use register batches.
+ * and 32-token slots, and 8-token slots in large grids). NVFP4 weights and scales stream
+ * through a per-warp cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB
+ * of 16-byte copies in flight while it computes; BF16 weights (shared experts) use register
+ * batches.
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
@@ -966,6 +967,31 @@ static size_t dec_spread_bytes(const void *kern, long long blocks)
     return (size_t)pad;
 }
 
+/* 8-token slots of long K at KS 2 (staged activations, 4 row warps x RT 2 per K slice)
+ * instead of KS 8: when that grid has at least dec_ks2_per_sm blocks per SM. H200, whole
+ * layer against KS 8 everywhere (bench/NOTES.md nineteenth session), at the bound 24: I =
+ * 3072 top-8 M=4 -0.7% (FC1 at KS 2), M=8 -4.1%, 16 -8.3%, 64 -12.1%, top-4 M=16 -5.1%, 64
+ * -9.2% (FC1 and FC2); top-4 M=8 +0.1%. At 32, M=8 and top-4 M=16 (FC2 below it) gained
+ * nothing. Both GEMMs at KS 2 at every M lost 2-7% at I = 3072 M=1-4 (FC2 <= 13 per SM) and
+ * 10-16% at tp8 (I = 384) M=2 / 8 (<= 3 per SM), and ranged -2 to +3% at tp8 M=32-64 (12-17
+ * per SM): a few long blocks lose to many short ones until there are enough of them. */
+static int dec_ks2_per_sm = 24;
+
+extern "C" int fp4_dec_set_ks2_per_sm(int per_sm)
+{
+    const int old = dec_ks2_per_sm;
+    dec_ks2_per_sm = per_sm;
+    return old;
+}
+
+static bool dec_ks2_pays(long long blocks)
+{
+    int dev, n_sm;
+    return !cudaGetDevice(&dev) &&
+           !cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) &&
+           blocks >= (long long)dec_ks2_per_sm * n_sm;
+}
+
 template <int WF, int GATED, int KS, int RT, int NB, bool OT = false>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
@@ -989,6 +1015,7 @@ template <int GATED> static cudaError_t xs_init(void)
                           (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 1>,
                           (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 2>,
                           (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 4>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 1>,
                           (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 2>,
                           (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 4>};
     for (size_t i = 0; i < sizeof kern / sizeof kern[0]; i++) {
@@ -1008,7 +1035,7 @@ extern "C" cudaError_t fp4_dec_gemm_init(void)
 /* NVFP4: wider slots share one A fragment over NB n8 tiles. RT 2 (two m16 tiles share each
  * B fragment: half the activation re-reads) when asked, and always for 16- and 32-token
  * slots (they come with KS 1 or 2: staged activations, no prefetch registers). 8-token slots
- * run at any KS, wider ones at KS 1 and 2 only. */
+ * run at any KS (at KS 2 with RT 2), wider ones at KS 1 and 2 only. */
 template <int GATED, int KS>
 static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t stream)
 {
@@ -1017,8 +1044,10 @@ static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t s
         if (p->tile_t == 16) return launch<NV, GATED, KS, 2, 2>(p, stream);
         if (p->tile_t == 32) return launch<NV, GATED, KS, 2, 4>(p, stream);
     }
-    if constexpr (KS != 2) {
-        if (p->tile_t == 8 || !p->tile_t)
+    if (p->tile_t == 8 || !p->tile_t) {
+        if constexpr (KS == 2) /* RT 2 always (dec_ks2_pays) */
+            return launch<NV, GATED, KS, 2, 1>(p, stream);
+        else
             return rt2 ? launch<NV, GATED, KS, 2, 1>(p, stream) : launch<NV, GATED, KS, 1, 1>(p, stream);
     }
     return cudaErrorInvalidValue;
@@ -1042,8 +1071,9 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
         return cudaErrorInvalidValue;
     /* Long K (FC1: K = H) is split over the 8 warps of a block so that a few slots still
      * fill the machine; with 16- or 32-token slots (several tokens per expert on average, so
-     * most experts are hit) over 2 K slices of 4 row warps that share staged activations.
-     * Short K (FC2: K = I) runs whole per warp, 8 row warps per block. */
+     * most experts are hit), or 8-token slots in a grid large enough (dec_ks2_pays), over 2 K
+     * slices of 4 row warps that share staged activations. Short K (FC2 at I < 1024) runs
+     * whole per warp, 8 row warps per block. */
     if (p->one_token) { /* one token's slots, one per warp (one_token in the header) */
         if (p->wfmt != FP4_DEC_W_NVFP4 || p->gated || !p->tile_expert || !p->row_dst ||
             !p->row_w || p->row_src || p->n_slots != 1 || tt != 8 || p->tiles_per_warp > 1 ||
@@ -1052,9 +1082,11 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
         return launch<FP4_DEC_W_NVFP4, 0, DEC_WARPS, 1, 1, true>(p, stream);
     }
     const int ks_long = p->k / 64 >= DEC_KS8_GROUPS;
-    const int ks2 = ks_long && tt > 8 && p->wfmt == FP4_DEC_W_NVFP4, ks8 = ks_long && !ks2;
     const int rt2 = p->tiles_per_warp == 2;
     const int n_tiles = p->gated ? p->n / 8 : p->n / 16;
+    const int ks2 = ks_long && p->wfmt == FP4_DEC_W_NVFP4 &&
+                    (tt > 8 || dec_ks2_pays((long long)p->n_slots * ((n_tiles + 7) / 8)));
+    const int ks8 = ks_long && !ks2;
     if ((n_tiles + 7) / 8 > 65535) return cudaErrorInvalidValue;
     if (p->wfmt == FP4_DEC_W_NVFP4) {
         if (p->gated)

@@ -22,7 +22,9 @@
  * small M, 16 at odd-H top-4 M=40, 32 at tiny / odd-H M >= 64 and tp8-large; with K >= 1024
  * (FC1 as 2 K slices sharing staged activations): 16 in long-K H=1344 top-4 M=40 and tp8
  * top-4 M=256, 32 in long-K top-8 (20 and 32 per expert: slots of 3 and 4 n8 tiles), tp8
- * top-8 M=256 and tp8-large (partial second slots: 1-3 n8 tiles).
+ * top-8 M=256 and tp8-large (partial second slots: 1-3 n8 tiles); 8-token slots at KS 2,
+ * which the launcher takes only in large grids, by a lowered bound (run_staged8: wide-I and
+ * wide-HI at M 1 and 7, tp8 at M 1, 7 and 64).
  * sm90-wgmma's FC2 with the token tile resident (K <= 384, <= 48 rows per expert) runs at
  * every shape's small M, long-K, tp8 M <= 256 and tp8-large top-4 M=1000 (two slots of one
  * expert where the skewed routing piles tokens on experts 0 and 1; 48 KB of B at I=384,
@@ -52,6 +54,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda_check.h"
+#include "cuda/w4a16_decode.cuh"
 
 #define REL_TOL 1e-2     /* bf16 operands: 1e-3..1e-2 (DESIGN.md section 6) */
 #define TIE_TOL 1e-5     /* selection scores this close count as tied */
@@ -694,6 +697,23 @@ static void run_shape(const shape_spec *sp, cudaStream_t s)
     free_layer(&t);
 }
 
+/* 8-token decode slots of long K with staged activations over 2 K slices (KS 2): the
+ * launcher takes them only in grids of >= 24 blocks per SM (I = 3072 at M >= 4), which no
+ * shape here reaches, so its bound is lowered to 0 for these: FC1 (K = H >= 1024) and, at
+ * wide-I / wide-HI, FC2 (K = I = 1024) and the nvfp4 shared expert's FC1 / FC2. */
+static void run_staged8(int full, cudaStream_t s)
+{
+    static const int ms_w[] = {1, 7}, ms_t[] = {1, 7, 64}, k48[] = {4, 8};
+    const shape_spec st[] = {
+        {"wide-I, staged 8-token slots", 256, 8, 1024, SH_NVFP4, 1024, ms_w, 2, k48, 2, 0, 0},
+        {"wide-HI, staged 8-token slots", 1024, 8, 1024, SH_NVFP4, 1024, ms_w, 2, k48, 2, 0, 0},
+        {"tp8, staged 8-token slots", 6144, 128, 384, SH_MXFP8, 384, ms_t, 3, k48, 2, 0, 0},
+    };
+    const int old = fp4_dec_set_ks2_per_sm(0);
+    for (int i = 0; i < (full ? 3 : 2); i++) run_shape(&st[i], s);
+    fp4_dec_set_ks2_per_sm(old);
+}
+
 int main(void)
 {
     if (fp4_gpu_device_count() == 0) {
@@ -751,10 +771,12 @@ int main(void)
             {"wide-HI", 1024, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         };
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
+        run_staged8(0, s);
     } else if (is_profile) {
         run_timing(1, s); /* for a profiler: one replay per point, no correctness cases */
     } else {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i], s);
+        run_staged8(1, s);
         if (timing && *timing && strcmp(timing, "0")) run_timing(0, s);
     }
     run_reject_case();
