@@ -40,9 +40,9 @@ static __device__ __forceinline__ uint32_t route_key(float s)
 /* pv[j] = 1.f / (1.f + expf(-pv[j])) for the lane's J logits, bit for bit (test_gpu_route
  * compares every float). The IEEE division has a slow-path call per element, after which the
  * J run one after another; here each 1 / d is the division's fast path with a = 1 (approximate
- * reciprocal, then two FMA corrections: correctly rounded while 1 / d is normal, i.e. d <
- * 2^125, and d >= 1 always), so the J interleave, and a lane with some d out of that range
- * (x < -86.6, or NaN) redoes all J by division. */
+ * reciprocal, then two FMA corrections: correctly rounded while 1 / d is normal, d < 2^126;
+ * d >= 1 always), so the J interleave, and a lane with some d >= 2^125 (a margin; x < -86.6)
+ * or NaN redoes all J by division. */
 static __device__ __forceinline__ void route_sigmoid_lane(float (&pv)[FP4_ROUTE_LANE_EXPERTS])
 {
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;

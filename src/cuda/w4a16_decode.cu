@@ -16,7 +16,7 @@
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
- * fragments (RT 2 unless 8-token slots at M = 1 ask for more blocks). K slices are reduced
+ * fragments (RT 2 unless 8-token slots at KS 8 ask for more blocks). K slices are reduced
  * through shared memory in a fixed order (deterministic; NVFP4 warps leave their partials in
  * their own ring).
  * Dequantization (exact): an e2m1 code moved to bf16 bits 6..8 (+ sign to bit 15) is the
@@ -75,9 +75,9 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
 #define DEC_XCG 4 /* KS 2: 64-groups per staged activation chunk */
 /* Staged activations (NVFP4, KS 1 or 2) in dynamic shared memory: TT token rows, padded by
  * 16 bytes so the lane quads' 16-byte reads of 8 rows hit distinct banks. KS 1 (K < 1024,
- * FC2) stages the whole K once; KS 2 (FC1 of 16- and 32-token slots) stages chunks of
- * DEC_XCG groups per K slice, two buffers per slice, each chunk read by the slice's 4 row
- * warps (instead of each warp fetching its own copy from L2). */
+ * FC2) stages the whole K once; KS 2 (long K: 16- and 32-token slots, 8-token slots in
+ * large grids) stages chunks of DEC_XCG groups per K slice, two buffers per slice, each chunk
+ * read by the slice's 4 row warps (instead of each warp fetching its own copy from L2). */
 static __host__ __device__ constexpr bool dec_xs(int wf, int ks) { return wf == FP4_DEC_W_NVFP4 && ks <= 2; }
 static __host__ __device__ constexpr int dec_xs_row_bytes(int k) { return 2 * k + 16; }
 static __host__ __device__ constexpr int dec_xs_bytes(int ks, int tt, int k)
@@ -968,13 +968,14 @@ static size_t dec_spread_bytes(const void *kern, long long blocks)
 }
 
 /* 8-token slots of long K at KS 2 (staged activations, 4 row warps x RT 2 per K slice)
- * instead of KS 8: when that grid has at least dec_ks2_per_sm blocks per SM. H200, whole
- * layer against KS 8 everywhere (bench/NOTES.md nineteenth session), at the bound 24: I =
- * 3072 top-8 M=4 -0.7% (FC1 at KS 2), M=8 -4.1%, 16 -8.3%, 64 -12.1%, top-4 M=16 -5.1%, 64
- * -9.2% (FC1 and FC2); top-4 M=8 +0.1%. At 32, M=8 and top-4 M=16 (FC2 below it) gained
- * nothing. Both GEMMs at KS 2 at every M lost 2-7% at I = 3072 M=1-4 (FC2 <= 13 per SM) and
- * 10-16% at tp8 (I = 384) M=2 / 8 (<= 3 per SM), and ranged -2 to +3% at tp8 M=32-64 (12-17
- * per SM): a few long blocks lose to many short ones until there are enough of them. */
+ * instead of KS 8: when that grid has at least dec_ks2_per_sm blocks per SM (at H = 6144, I =
+ * 3072 FC1 and FC2 have the same grid: 48 blocks per slot). H200, whole layer, against KS 8
+ * (bench/NOTES.md nineteenth session): every 8-token long-K launch at KS 2 lost 2-7% at I =
+ * 3072 M=1-4 (3-13 blocks per SM) and 10-16% at tp8 (I = 384) M=2 / 8 (2-7 per SM), ranged
+ * -2 to +3% at tp8 M=32-64 (15-17 per SM) and won from I = 3072 M=8 on (26 per SM: -4%; 52-70:
+ * -8 to -12%). At the bound 24: I = 3072 top-8 M=8 -4.1%, 16 -8.3%, 64 -12.1%, top-4 M=16
+ * -5.1%, 64 -9.2%; at 32, M=8 and top-4 M=16 (26 per SM) stay at KS 8. A few long blocks lose
+ * to many short ones until there are enough of them. */
 static int dec_ks2_per_sm = 24;
 
 extern "C" int fp4_dec_set_ks2_per_sm(int per_sm)
