@@ -937,19 +937,31 @@ extern "C" cudaError_t fp4_dec_route_prep(const uint16_t *x, const float *router
  * top-8, -0.9 to -1.2% top-4, -4.2% at I = 3072. For the kernels without staged activations
  * (KS 8, and BF16 weights: their dynamic shared memory is unused). A few runtime queries per
  * launch (host). */
+/* m16 tiles of one block: its row warps x their tiles (the grid's y is the tiles over this) */
+static constexpr int dec_block_tiles(int ks, int rt) { return DEC_WARPS / ks * rt; }
+
+/* The current device and its SM count (0 where a query fails) for the launch rules below. */
+static int dec_sm_count(int *dev)
+{
+    int n_sm;
+    return cudaGetDevice(dev) ||
+                   cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, *dev)
+               ? 0
+               : n_sm;
+}
+
 static size_t dec_spread_bytes(const void *kern, long long blocks)
 {
-    int dev, n_sm, smem_sm, optin, reserved, natural, got;
+    int dev, smem_sm, optin, reserved, natural, got;
+    const int n_sm = dec_sm_count(&dev);
     cudaFuncAttributes fa;
     /* any query that fails (cudaSuccess is 0): no padding */
-    if (cudaGetDevice(&dev) ||
-        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) ||
+    if (n_sm < 1 ||
         cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ||
         cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) ||
         cudaFuncGetAttributes(&fa, kern) ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kern, DEC_THREADS, 0) ||
-        n_sm < 1)
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kern, DEC_THREADS, 0))
         return 0;
     const long long cap = (blocks + n_sm - 1) / n_sm;
     if (cap >= natural) return 0;
@@ -987,16 +999,15 @@ extern "C" int fp4_dec_set_ks2_per_sm(int per_sm)
 
 static bool dec_ks2_pays(long long blocks)
 {
-    int dev, n_sm;
-    return !cudaGetDevice(&dev) &&
-           !cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) &&
-           blocks >= (long long)dec_ks2_per_sm * n_sm;
+    int dev;
+    const int n_sm = dec_sm_count(&dev);
+    return n_sm > 0 && blocks >= (long long)dec_ks2_per_sm * n_sm;
 }
 
 template <int WF, int GATED, int KS, int RT, int NB, bool OT = false>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
-    const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = DEC_WARPS / KS * RT;
+    const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = dec_block_tiles(KS, RT);
     dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
     const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT>;
     const long long blocks = (long long)grid.x * grid.y;
@@ -1086,7 +1097,9 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
     const int rt2 = p->tiles_per_warp == 2;
     const int n_tiles = p->gated ? p->n / 8 : p->n / 16;
     const int ks2 = ks_long && p->wfmt == FP4_DEC_W_NVFP4 &&
-                    (tt > 8 || dec_ks2_pays((long long)p->n_slots * ((n_tiles + 7) / 8)));
+                    (tt > 8 || dec_ks2_pays((long long)p->n_slots *
+                                            ((n_tiles + dec_block_tiles(2, 2) - 1) /
+                                             dec_block_tiles(2, 2))));
     const int ks8 = ks_long && !ks2;
     if ((n_tiles + 7) / 8 > 65535) return cudaErrorInvalidValue;
     if (p->wfmt == FP4_DEC_W_NVFP4) {
