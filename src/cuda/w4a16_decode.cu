@@ -800,7 +800,9 @@ static_assert(FP4_DEC_ROUTE_MAX_M % (TG_THREADS / 32) == 0, "whole token rounds 
  * of shared-memory atomics). One token (k <= 32) takes a shorter path to the same table:
  * warp 0 chooses, and lane s puts choice s into slot (rank of its expert among the k ids),
  * row 0; the empty slots are marked before the wait. No masks, scan or search: the chain
- * after the choice is a few shuffles and four stores. */
+ * after the choice is a few shuffles and four stores. Few tokens (m <= 8: at most 8 pairs
+ * per expert, one slot each) skip the scan and the search: a pair's slot is the number of
+ * chosen experts below its own (a bitmap of E bits), and the pair with row 0 names it. */
 __global__ void __launch_bounds__(TG_THREADS)
 fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
                           int m, int n_experts, int k, int scoring, int norm_topk,
@@ -811,6 +813,7 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
     __shared__ unsigned long long tmask[FP4_DEC_MAX_EXPERTS]; /* bit t: token t chose e */
     __shared__ int tstart[FP4_DEC_MAX_EXPERTS + 1];
     __shared__ int fell_back; /* some token took expert 0 for a missing choice */
+    __shared__ unsigned emask[FP4_DEC_MAX_EXPERTS / 32]; /* few tokens: bit e, e was chosen */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;
     float bv[J];
@@ -826,6 +829,13 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
     const bool one = m == 1 && k <= 32;
     if (one)
         for (int s = k + tid; s < n_slots; s += TG_THREADS) tile_expert[s] = -1;
+    /* few tokens (m <= 8): an expert has at most 8 pairs, so one slot, the rank of its id
+     * among the chosen (emask); the slots past them stay empty */
+    const bool few = m <= FP4_DEC_TILE_T;
+    if (few && !one) {
+        for (int s = tid; s < n_slots; s += TG_THREADS) tile_expert[s] = -1;
+        if (tid < FP4_DEC_MAX_EXPERTS / 32) emask[tid] = 0u;
+    }
     __syncthreads();
     fp4_pdl_wait();
     fp4_pdl_trigger();
@@ -875,8 +885,11 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
                               ids + (size_t)t * k, w + (size_t)t * k, sel_id[i], sel_w[i]) &&
             lane == 0)
             fell_back = 1;
-        if (lane < k) atomicOr(&tmask[sel_id[i]], 1ull << t);
-        for (int s = 32 + lane; s < k; s += 32) atomicOr(&tmask[ids[(size_t)t * k + s]], 1ull << t);
+        for (int s = lane; s < k; s += 32) {
+            const int e = s < 32 ? sel_id[i] : ids[(size_t)t * k + s];
+            atomicOr(&tmask[e], 1ull << t);
+            if (few) atomicOr(&emask[e >> 5], 1u << (e & 31));
+        }
     }
     __syncthreads(); /* the masks of all tokens; ids / w written by this block */
     if (fell_back) { /* repeated ids: rows by pair counts (rows emptied again, harmless) */
@@ -884,10 +897,21 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
                     row_dst, row_w);
         return;
     }
-    scan_tiles(tid < n_experts ? (__popcll(tmask[tid]) + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T
-                               : 0,
-               n_experts, tstart);
-    for (int s = tid; s < n_slots; s += TG_THREADS) tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
+    if (!few) {
+        scan_tiles(tid < n_experts ? (__popcll(tmask[tid]) + FP4_DEC_TILE_T - 1) / FP4_DEC_TILE_T
+                                   : 0,
+                   n_experts, tstart);
+        for (int s = tid; s < n_slots; s += TG_THREADS) tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
+    }
+    /* first slot of expert e: few, the chosen experts below e (no scan, no search) */
+    auto first_slot = [&](int e) -> int {
+        if (!few) return tstart[e];
+        int r = __popc(emask[e >> 5] & ((1u << (e & 31)) - 1u));
+#pragma unroll
+        for (int q = 0; q < FP4_DEC_MAX_EXPERTS / 32; q++)
+            if (q < (e >> 5)) r += __popc(emask[q]);
+        return r;
+    };
     /* the scatter: pair (t, s) into its expert's segment at its rank in token order */
 #pragma unroll
     for (int i = 0; i < TG_TOK; i++) {
@@ -896,7 +920,9 @@ fp4_dec_topk_group_kernel(const float *logits, const float *__restrict__ bias,
         const unsigned long long before = (1ull << t) - 1ull;
         for (int s = lane; s < k; s += 32) {
             const int e = s < 32 ? sel_id[i] : ids[(size_t)t * k + s];
-            const int pos = tstart[e] * FP4_DEC_TILE_T + __popcll(tmask[e] & before);
+            const int row = __popcll(tmask[e] & before), slot = first_slot(e);
+            if (few && row == 0) tile_expert[slot] = e;
+            const int pos = slot * FP4_DEC_TILE_T + row;
             row_src[pos] = t;
             row_dst[pos] = t * k + s;
             row_w[pos] = s < 32 ? sel_w[i] : w[(size_t)t * k + s];

@@ -21,8 +21,9 @@
  * non-NaN values first, so an unwritten entry cannot pass as a NaN. One token has its own
  * path in the decode router (slots by rank of the chosen ids): ties, NaN scores and biases
  * (the fallback to the general grouping), softmax with k 40 (> 32: the general path), 100
- * experts. The routers' sigmoid is compared with the IEEE formula for every float
- * (test_gpu_route_dev.cu).
+ * experts. Up to 8 tokens the slots come from a bitmap of the chosen experts (2, 3-7 and 8
+ * tokens, k 40 among them; 9 tokens take the scan). The routers' sigmoid is compared with
+ * the IEEE formula for every float (test_gpu_route_dev.cu).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  */
 #include <math.h>
@@ -307,6 +308,9 @@ int main(void)
         {"one token, 100 experts", 1, 100, 6, 0, 1, 1.0f, -1, -1, 0, 256},
         {"one token, softmax, k 32", 1, 64, 32, 1, 1, 1.5f, -1, -1, 0, 256},
         {"one token, softmax, k 40", 1, 64, 40, 1, 1, 1.5f, -1, -1, 0, 256},
+        {"2 tokens", 2, 128, 8, 0, 1, 2.5f, -1, -1, 0, 256},
+        {"8 tokens, top-4", 8, 128, 4, 0, 1, 1.0f, -1, -1, 0, 256},
+        {"8 tokens, NaN expert", 8, 128, 8, 0, 1, 2.5f, 6, -1, 0, 256},
         {"ties, NaN expert", 7, 128, 8, 0, 0, 1.0f, 3, -1, 0, 256},
         {"NaN token", 5, 128, 8, 0, 1, 1.0f, -1, 2, 0, 256},
         {"NaN biases", 4, 128, 8, 0, 1, 2.5f, -1, -1, 1, 256},
