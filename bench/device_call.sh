@@ -66,18 +66,20 @@ for st in "${steps[@]}"; do
         > "$R/sass_${l}_$i.csv" 2> "$R/sass_${l}_$i.err"
     done ;;
   timeline:*) l="${st#timeline:}"; i=0 # per problem: nsys graph-node trace, ncu at boost clock
+    # (the w4a16-sm90 backend unless PROF_BENCH_ARGS says otherwise: without one the bench
+    # times every backend, w4a16-mma first, and ncu's first NCU_COUNT kernels are that one's)
     NS="$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/bin/nsys 2> /dev/null | head -n 1)"
     echo "nsys: ${NS:-not found}"
     grep -v '^#' "bench/problems_$l.txt" | while read -r line; do
       i=$((i+1)); echo "$line" > "/tmp/tl_$i.txt"
       if [ -n "$NS" ]; then
         (cd build-dev && LD_LIBRARY_PATH=. timeout 200 "$NS" profile --cuda-graph-trace=node -o "/tmp/tl_$i" -f true \
-          ./fp4moe bench --problems "/tmp/tl_$i.txt" --reps 15 ${PROF_BENCH_ARGS:-}) > "$R/tl_${l}_$i.log" 2>&1
+          ./fp4moe bench --problems "/tmp/tl_$i.txt" --reps 15 ${PROF_BENCH_ARGS:---moe-backend w4a16-sm90}) > "$R/tl_${l}_$i.log" 2>&1
         "$NS" stats -q --report cuda_gpu_trace --format csv "/tmp/tl_$i.nsys-rep" > "$R/tl_${l}_$i.csv" 2>> "$R/tl_${l}_$i.log"
       fi
       (cd build-dev && LD_LIBRARY_PATH=. timeout 200 ncu -k "${PROF_KERNELS:-regex:fp4_}" -c "${NCU_COUNT:-12}" \
         --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size \
-        ./fp4moe bench --problems "/tmp/tl_$i.txt" --reps 3 ${PROF_BENCH_ARGS:-}) > "$R/tlncu_${l}_$i.csv" 2> "$R/tlncu_${l}_$i.err"
+        ./fp4moe bench --problems "/tmp/tl_$i.txt" --reps 3 ${PROF_BENCH_ARGS:---moe-backend w4a16-sm90}) > "$R/tlncu_${l}_$i.csv" 2> "$R/tlncu_${l}_$i.err"
     done ;;
   humming) for k in 8 4; do
       python3 bench/peer/humming_moe_bench.py --hidden 6144 --inter 384 --topk $k --tokens 1 8 32 64 128 192 224 256 288 320 512 576 768 1024 1536 2048 4096 16384 \

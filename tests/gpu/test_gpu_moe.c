@@ -6,8 +6,9 @@
  * code of either sign: zero, subnormal, negative), global scales 1e-3..1e-2,
  * x ~ N(0, 1) rounded to bf16 (the reference gets the same bf16 values).
  * Metric: ||y - ref|| / ||ref|| < 1e-2 (bf16 activations and a bf16 intermediate land near
- * 2e-3), y finite everywhere (outputs are NaN-poisoned before every run), routing ids equal
- * to the reference except where selection scores tie within 1e-5, weights within 1e-4.
+ * 2e-3), y finite everywhere (outputs and the workspace are NaN-poisoned before every run),
+ * routing ids equal to the reference except where selection scores tie within 1e-5, weights
+ * within 1e-4.
  * Shapes: tiny (H 256, E 8, I 128, nvfp4 shared expert) over M 1..4096; tiny variants with a
  * bf16 shared expert, no shared expert, H % 128 != 0 and top-k = E; wide-I (I 1024) and
  * wide-HI (H = I = 1024: the decode's K-split FC1 at M=1, shared memory padded to spread a
@@ -254,6 +255,9 @@ static void poison(gpu_bufs *b, int m, int h, int k, cudaStream_t s)
     CK(cudaMemsetAsync(b->dy, 0xff, (size_t)m * h * 4, s)); /* 0xffffffff is a NaN */
     CK(cudaMemsetAsync(b->dids, 0xff, (size_t)m * k * 4, s));
     CK(cudaMemsetAsync(b->dw, 0xff, (size_t)m * k * 4, s));
+    /* and the workspace: a kernel that reads rows no kernel of this forward has written
+     * (yet) finds NaN (bf16 / fp32) or -1 (ids, rows), not an earlier run's values */
+    CK(cudaMemsetAsync(b->dws, 0xff, b->wsb, s));
 }
 
 /* Every kernel runs every case; sm90-wgmma is dropped (with a SKIP line) off sm_90. */
