@@ -32,7 +32,9 @@
  * fp32 rows staged in shared memory (with out_bf16 bf16 rows, already scaled), 16-byte stores;
  * or, in column strips (up to WG_STRIP_ROWS rows per expert: a CTA runs WG_COLS column tiles
  * of one unit through one ring, the next tile's copies in flight across the previous tile's
- * end), stored straight from the accumulators (wg_store_cols, shared with wg_res).
+ * end), stored straight from the accumulators (wg_store_cols, shared with wg_res). With
+ * k <= WG_RES_K the token tile stays resident instead (wg_res) up to WG_RES_ROWS rows per
+ * expert, and above WG_STRIP_ROWS (a pair of 128 tokens, 96 KB, in 114 KB CTAs).
  * Limits: NVFP4 weights only; k % 64 == 0, n % 64 == 0 (plain: a last half tile of 64
  * columns is masked); a and out 16-byte aligned.
  * Built for sm_90a; in other targets the kernel body traps and the launcher refuses (init).
@@ -62,6 +64,11 @@
 #define WG_RES_FEW_COLS 12             /* this many (fewer, longer CTAs) */
 #define WG_RES_SMALL 24                /* up to this many rows per expert: the kernel with
                                           16- and 24-token bodies too */
+#define WG_RING128 113664              /* the res kernel's BIG form (k <= WG_RES_K, above
+                                          WG_STRIP_ROWS rows per expert): a pair's 128 tokens
+                                          resident (96 KB), 3 weight stages, its row table */
+#define WG_SMEM128 (WG_RING128 + 1024) /* two CTAs per SM: 2 x (114688 + 1024 reserved) of
+                                          the SM's 233472 bytes */
 
 #ifdef FP4_WG_SM90
 
@@ -479,13 +486,14 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     __syncthreads(); /* the ring (and the row table) are the next unit's */
 }
 
-/* Plain (FC2) work unit with short K (k <= WG_RES_K): NT <= 64 tokens of one expert x nct
- * column tiles of 128 weight rows from ctile0. The token tile is copied once and stays
- * resident (nk K tiles of B, 48 KB at most); only weights stream, through a ring of W + S
- * stages that runs across the column tiles, so the copies of tile ct + 1 are in flight
- * while tile ct finishes and its epilogue stores. Epilogue straight from the accumulators
- * (wg_store_cols). */
-template <int NT, bool OBF16>
+/* Plain (FC2) work unit with short K (k <= WG_RES_K): NT tokens of one expert (a slot of
+ * <= 64, or with RING = WG_RING128 a pair of 128) x nct column tiles of 128 weight rows from
+ * ctile0. The token tile is copied once and stays resident (nk K tiles of B: 48 KB at most
+ * for 64 tokens, 96 KB for 128); only weights stream, through a ring of W + S stages (RING
+ * bytes less the tile and the row table) that runs across the column tiles, so the copies of
+ * tile ct + 1 are in flight while tile ct finishes and its epilogue stores. Epilogue straight
+ * from the accumulators (wg_store_cols). */
+template <int NT, bool OBF16, int RING>
 static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsigned char *sm,
                                               int expert, int slot0, int ctile0, int nct)
 {
@@ -494,7 +502,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     constexpr int BB = NT * 128;                            /* B bytes per K tile */
     constexpr int BRES = WG_RES_K / WG_BK * BB;             /* resident B, 1 KB multiple */
     constexpr int STAGE = WG_W_BYTES + WG_S_BYTES;          /* W + S of one K tile */
-    constexpr int NST = (WG_RING - BRES - NT * 12) / STAGE; /* 7 (NT 64) .. 15 (16) */
+    constexpr int NST = (RING - BRES - NT * 12) / STAGE;    /* WG_RING: 7 (NT 64) .. 15 (16);
+                                                               WG_RING128: 3 (128) .. 19 (32) */
     constexpr int OSZ = OBF16 ? 2 : 4;                      /* bytes per output value */
     static_assert(NST >= 3, "ring too short");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
@@ -507,26 +516,43 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     float *swt = (float *)(srow + NT);
 
     wg_row_table<NT>(p, expert, prow0, srow, swt, OSZ);
-    /* W: row tid >> 1 (of the column tile), half tid & 1. S: row tid (threads < 128). The next
-     * copy's sources advance by one K tile per step; aim() points them at K tile 0 of column
-     * tile ct (rows past n: row 0 and no bytes). */
-    const uint8_t *w_base = p.wq + (size_t)expert * n * (k / 2) + (tid & 1) * 16;
-    const uint8_t *s_base = p.ws + (size_t)expert * n * (k / 16);
-    const uint8_t *w_src, *s_src;
-    int w_bytes, s_bytes, l_kt = 0, l_ct = ctile0;
+    /* The next copy: K tile l_kt of column tile l_ct; W: row tid >> 1 of the column tile, half
+     * tid & 1; S: row tid (threads < 128); rows past n: row 0 and no bytes. Up to 64 tokens the
+     * sources are pointers that advance by one K tile per copy (aim() points them at K tile 0
+     * of a column tile). In the 128-token body they are computed from the two counters at each
+     * copy: kept from copy to copy they spilled (5 local loads per step, on the path from the
+     * barrier to the copies). */
+    constexpr bool RECOMPUTE = NT > 64;
+    int l_kt = 0, l_ct = ctile0;
+    const uint8_t *w_src = 0, *s_src = 0;
+    int w_bytes = 0, s_bytes = 0;
     auto aim = [&](int ct) {
         const int wr = ct * WG_BW + (tid >> 1), sr = ct * WG_BW + tid;
         w_bytes = wr < n ? 16 : 0;
         s_bytes = sr < n ? 4 : 0;
-        w_src = w_base + (size_t)(wr < n ? wr : 0) * (k / 2);
-        s_src = s_base + (size_t)(sr < n ? sr : 0) * (k / 16);
+        w_src = p.wq + ((size_t)expert * n + (wr < n ? wr : 0)) * (k / 2) + (tid & 1) * 16;
+        s_src = p.ws + ((size_t)expert * n + (sr < n ? sr : 0)) * (k / 16);
     };
-    aim(l_ct);
+    if constexpr (!RECOMPUTE) aim(l_ct);
     auto load_next = [&](uint32_t off) { /* the next step's weights into the stage at off */
-        cp_async16(rbase + off + tid * 16, w_src, w_bytes);
-        if (tid < WG_BW) cp_async4(rbase + off + WG_W_BYTES + tid * 4, s_src, s_bytes);
-        if (++l_kt == nk) l_kt = 0, aim(++l_ct);
-        else w_src += WG_BK / 2, s_src += WG_BK / 16;
+        if constexpr (RECOMPUTE) {
+            const int wr = l_ct * WG_BW + (tid >> 1), sr = l_ct * WG_BW + tid;
+            const size_t e_row = (size_t)expert * n;
+            cp_async16(rbase + off + tid * 16,
+                       p.wq + (e_row + (wr < n ? wr : 0)) * (k / 2) + l_kt * (WG_BK / 2) +
+                           (tid & 1) * 16,
+                       wr < n ? 16 : 0);
+            if (tid < WG_BW)
+                cp_async4(rbase + off + WG_W_BYTES + tid * 4,
+                          p.ws + (e_row + (sr < n ? sr : 0)) * (k / 16) + l_kt * (WG_BK / 16),
+                          sr < n ? 4 : 0);
+            if (++l_kt == nk) l_kt = 0, l_ct++;
+        } else {
+            cp_async16(rbase + off + tid * 16, w_src, w_bytes);
+            if (tid < WG_BW) cp_async4(rbase + off + WG_W_BYTES + tid * 4, s_src, s_bytes);
+            if (++l_kt == nk) l_kt = 0, aim(++l_ct);
+            else w_src += WG_BK / 2, s_src += WG_BK / 16;
+        }
     };
     auto next_stage = [](uint32_t off) { return off + STAGE == NST * STAGE ? 0u : off + STAGE; };
     /* The token tile, every K tile, with the first weight stage (B chunk c = tid + 256 i: row
@@ -548,11 +574,11 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.f;
     uint32_t abuf0[4][4], abuf1[4][4];
 #pragma unroll
-    for (int st = 0; st < NST - 1; st++) {
+    for (int st = 0; st < NST; st++) {
         if (st < steps) load_next(st * STAGE);
         cp_async_commit();
     }
-    cp_async_wait<NST - 2>();
+    cp_async_wait<NST - 1>();
     fence_proxy_async();
     __syncthreads();
     wg_dequant(wg_load_codes(sm + BRES, rg, t), abuf0);
@@ -561,7 +587,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
      * tile kt of the resident copy; the last K tile of a column tile retires its wgmmas and
      * stores before the next tile's first. */
     int c_kt = 0, c_col = ctile0 * WG_BW + rg; /* this step's K tile, the warp's column */
-    uint32_t o_rd = STAGE, o_wr = (NST - 1) * STAGE; /* stages of steps s + 1, s + NST - 1 */
+    uint32_t o_cur = 0; /* the stage of step s (its codes were read at step s - 1) */
     auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
         const int kt = c_kt;
         c_kt = kt + 1 == nk ? 0 : kt + 1;
@@ -579,14 +605,23 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         } else {
             wgmma_wait<1>();
         }
-        /* the ring holds W and S only, read by ld.shared (generic proxy): no proxy fence */
-        cp_async_wait<NST - 3>();
+        /* The ring holds W and S only, read by ld.shared (generic proxy): no proxy fence. Its
+         * stages are free once their codes are in registers: after this barrier, the stage of
+         * step s (read at step s - 1) takes the copies of step s + NST, so a copy has two steps
+         * to land with 3 stages (the 128-token body), not one. */
+        cp_async_wait<NST - 2>(); /* committed: up to step s + NST - 1; wanted: s + 1 */
         __syncthreads();
-        wg_codes c1; /* read before the copies are issued: their latency hides behind them */
-        if (s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_rd, rg, t);
-        if (s + NST - 1 < steps) load_next(o_wr);
+        /* The next step's codes are read before the copies are issued (their latency hides
+         * behind them), but after them in the 128-token body: live across the copies they
+         * spilled the copy state there (6 local loads and 2 stores per step). */
+        constexpr bool EARLY = NT <= 64;
+        const uint32_t o_nxt = next_stage(o_cur);
+        wg_codes c1;
+        if (EARLY && s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
+        if (s + NST < steps) load_next(o_cur);
         cp_async_commit();
-        o_rd = next_stage(o_rd), o_wr = next_stage(o_wr);
+        if (!EARLY && s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
+        o_cur = o_nxt;
         if (s + 1 < steps) wg_dequant(c1, nxt);
     };
     for (int s = 0; s < steps; s += 2) {
@@ -702,21 +737,24 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
 #endif
 }
 
-/* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS. Grid: units x groups of
- * cols column tiles (the launcher's WG_RES_COLS or WG_RES_FEW_COLS), group fastest. Every slot
- * runs its group as one wg_res unit (token tile resident), a pair as two (its weights
- * dequantized twice). A slot runs as 64, 48 or 32 tokens (<= 32 in use: 32), and with SMALL (up
- * to WG_RES_SMALL rows per expert) also as 24 or 16 (the rows in use rounded up as in wg_unit).
- * The 16 / 24 bodies gain 1-2.5% at 14-20 rows per expert but cost 0.5-1.5% at 32-48 when in
- * the kernel (A/B of 2026-11-30), hence two kernels. A kernel of its own, and no 128-token
- * body: with wg_tile's bodies in the same kernel ptxas ran short of registers and serialized
- * every wgmma of the kernel (C7511; wg_res<16> did too before the copy sources and output rows
- * were staged). */
-template <bool OBF16, bool SMALL> /* OBF16: p.out_bf16 as a constant (epilogue in the loop) */
+/* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS, or (BIG) above
+ * WG_STRIP_ROWS. Grid: units x groups of cols column tiles (the launcher's WG_RES_COLS,
+ * WG_RES_FEW_COLS or WG_COLS), group fastest. Every slot runs its group as one wg_res unit
+ * (token tile resident); a pair as two (its weights dequantized twice) or, BIG, as one unit of
+ * 128 tokens (96 KB resident, WG_SMEM128: the rows of a pair are copied once per column group
+ * instead of once per column tile, as the one-tile kernel does). A slot runs as 64, 48 or 32
+ * tokens (<= 32 in use: 32), and with SMALL (up to WG_RES_SMALL rows per expert) also as 24
+ * or 16 (the rows in use rounded up as in wg_unit). The 16 / 24 bodies gain 1-2.5% at 14-20
+ * rows per expert but cost 0.5-1.5% at 32-48 when in the kernel (A/B of 2026-11-30), hence
+ * separate kernels. A kernel of its own, apart from wg_tile's bodies: with them in the same
+ * kernel ptxas ran short of registers and serialized every wgmma of the kernel (C7511;
+ * wg_res<16> did too before the copy sources and output rows were staged). */
+template <bool OBF16, bool SMALL, bool BIG> /* OBF16: p.out_bf16 as a constant */
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
 {
 #ifdef FP4_WG_SM90
+    constexpr int RING = BIG ? WG_RING128 : WG_RING;
     extern __shared__ unsigned char smem_raw[];
     const wg_cta cta = wg_cta_of(smem_raw, ny, cols);
     unsigned char *sm = cta.sm;
@@ -724,15 +762,19 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, i
     wg_unit(
         p, unit,
         [&](int e, int s, int) {
-            wg_res<64, OBF16>(p, sm, e, s, ctile, nct);
-            wg_res<64, OBF16>(p, sm, e, s + 1, ctile, nct);
+            if constexpr (BIG) {
+                wg_res<128, OBF16, RING>(p, sm, e, s, ctile, nct);
+            } else {
+                wg_res<64, OBF16, RING>(p, sm, e, s, ctile, nct);
+                wg_res<64, OBF16, RING>(p, sm, e, s + 1, ctile, nct);
+            }
         },
         [&](int e, int s, int nt) {
-            if (nt > 48) wg_res<64, OBF16>(p, sm, e, s, ctile, nct);
-            else if (nt > 32) wg_res<48, OBF16>(p, sm, e, s, ctile, nct);
-            else if (!SMALL || nt > 24) wg_res<32, OBF16>(p, sm, e, s, ctile, nct);
-            else if (nt > 16) wg_res<24, OBF16>(p, sm, e, s, ctile, nct);
-            else wg_res<16, OBF16>(p, sm, e, s, ctile, nct);
+            if (nt > 48) wg_res<64, OBF16, RING>(p, sm, e, s, ctile, nct);
+            else if (nt > 32) wg_res<48, OBF16, RING>(p, sm, e, s, ctile, nct);
+            else if (!SMALL || nt > 24) wg_res<32, OBF16, RING>(p, sm, e, s, ctile, nct);
+            else if (nt > 16) wg_res<24, OBF16, RING>(p, sm, e, s, ctile, nct);
+            else wg_res<16, OBF16, RING>(p, sm, e, s, ctile, nct);
         });
 #else
     __trap();
@@ -743,13 +785,24 @@ static int wg_ready[WG_MAX_DEVICES];
 
 extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
 {
+    /* the BIG kernels first, into a flag array of their own: wg_ready is set only when every
+     * kernel is ready. Two of their CTAs need nearly all of the SM's shared memory: ask for
+     * the largest carveout. */
+    static int big_ready[WG_MAX_DEVICES];
+    const void *big[2] = {(const void *)fp4_sm90_wgmma_res_kernel<false, false, true>,
+                          (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>};
+    cudaError_t err = wg_kernels_init(big_ready, big, 2, WG_SMEM128);
+    for (int i = 0; i < 2 && err == cudaSuccess; i++)
+        err = cudaFuncSetAttribute(big[i], cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared);
+    if (err != cudaSuccess) return err;
     const void *kern[7] = {(const void *)fp4_sm90_wgmma_kernel<true, false>,
                            (const void *)fp4_sm90_wgmma_kernel<false, false>,
                            (const void *)fp4_sm90_wgmma_kernel<false, true>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<false, false>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<true, false>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<false, true>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<true, true>};
+                           (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>,
+                           (const void *)fp4_sm90_wgmma_res_kernel<true, false, false>,
+                           (const void *)fp4_sm90_wgmma_res_kernel<false, true, false>,
+                           (const void *)fp4_sm90_wgmma_res_kernel<true, true, false>};
     return wg_kernels_init(wg_ready, kern, 7, WG_SMEM);
 }
 
@@ -769,35 +822,44 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
         (!p->tile_expert && p->row_dst) || ((uintptr_t)p->a & 15) || ((uintptr_t)p->out & 15))
         return cudaErrorInvalidValue;
     long long ny = p->gated ? p->n / 64 : (p->n + WG_BW - 1) / WG_BW;
-    /* token tile resident, column groups: up to 48 rows per expert (most experts one slot;
-     * above, wg_res's pairs dequantize their weights twice: +4% at 64 rows per expert, the
-     * A/B of 2026-11-29, against -2% at 48, -4% at 32 and -7% at 4-16) */
-    const int res = !p->gated && p->k <= WG_RES_K && p->rows_per_expert > 0 &&
-                    p->rows_per_expert <= WG_RES_ROWS;
+    /* token tile resident (wg_res) */
+    const int res_any = !p->gated && p->k <= WG_RES_K && p->rows_per_expert > 0;
+    /* column groups of slots: up to 48 rows per expert (most experts one slot; above,
+     * wg_res's pairs dequantize their weights twice: +4% at 64 rows per expert, the A/B of
+     * 2026-11-29, against -2% at 48, -4% at 32 and -7% at 4-16) */
+    const int res = res_any && p->rows_per_expert <= WG_RES_ROWS;
     /* above, up to WG_STRIP_ROWS: column strips (fp4_sm90_wgmma_kernel's STRIPS) */
     const int strips = !p->gated && !res && p->rows_per_expert > 0 &&
                        p->rows_per_expert <= WG_STRIP_ROWS;
+    /* above WG_STRIP_ROWS: the res kernel's BIG form, pairs as 128-token units (H200, layer,
+     * against the one-tile kernel: -5.0 to -6.8% at 128-1024 rows per expert; 2026-11-30) */
+    const int big = res_any && p->rows_per_expert > WG_STRIP_ROWS;
     /* column tiles per CTA (the kernels' cols): the res kernel 12 up to 32 rows per expert, 4
      * above (H200, layer, against 4 everywhere: 12 -1.1 to -1.9% at 14-20 rows per expert,
      * -0.6 / -0.7% at 32, +0.4% at 48; 8 about half of that; 2026-11-30). Only the strip and
      * res kernels run more than one; the gated and one-tile kernels must get 1 (they run
      * ctile alone). */
     int cols = res ? (p->rows_per_expert <= WG_RES_FEW_ROWS ? WG_RES_FEW_COLS : WG_RES_COLS)
-                   : strips ? WG_COLS : 1;
+                   : strips || big ? WG_COLS : 1;
     const long long groups = (ny + cols - 1) / cols;
     long long blocks = ((long long)p->n_tiles_m + 1) / 2 * groups;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)blocks);
     const void *kern = (const void *)fp4_sm90_wgmma_kernel<false, false>;
+    int smem = WG_SMEM;
     if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
     else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;
-    else if (res && p->rows_per_expert <= WG_RES_SMALL)
-        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, true>
-                           : (const void *)fp4_sm90_wgmma_res_kernel<false, true>;
+    else if (big) {
+        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>
+                           : (const void *)fp4_sm90_wgmma_res_kernel<false, false, true>;
+        smem = WG_SMEM128;
+    } else if (res && p->rows_per_expert <= WG_RES_SMALL)
+        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, true, false>
+                           : (const void *)fp4_sm90_wgmma_res_kernel<false, true, false>;
     else if (res)
-        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false>
-                           : (const void *)fp4_sm90_wgmma_res_kernel<false, false>;
+        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, false>
+                           : (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>;
     int nyi = (int)ny;
     void *args[3] = {(void *)p, &nyi, &cols};
-    return cudaLaunchKernel(kern, grid, dim3(WG_THREADS), args, WG_SMEM, stream);
+    return cudaLaunchKernel(kern, grid, dim3(WG_THREADS), args, smem, stream);
 }

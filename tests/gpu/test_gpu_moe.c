@@ -29,13 +29,16 @@
  * sm90-wgmma's FC2 with the token tile resident (K <= 384, <= 48 rows per expert) runs at
  * every shape's small M, long-K, tp8 M <= 256 and tp8-large top-4 M=1000 (two slots of one
  * expert where the skewed routing piles tokens on experts 0 and 1; 48 KB of B at I=384,
- * partial column groups at H=1344), the nvfp4 shared expert at M <= 48; the one-tile FC2
- * above 48 rows per expert (tiny M >= 1000, tp8-large top-8 M >= 4096), as column strips up to
- * 96 rows per expert or with I > 384 (tiny top-8 M=64, odd-H top-16 M=64 with its masked half
- * column tile, tp8-large top-8 M=1000, wide-I, the nvfp4 shared expert at M=64).
+ * partial column groups at H=1344), the nvfp4 shared expert at M <= 48; column strips at
+ * 49-96 rows per expert or with I > 384 (tiny top-8 M=64, odd-H top-16 M=64 with its masked half
+ * column tile, tp8-large top-8 M=1000, wide-I, the nvfp4 shared expert at M=64); above 96 rows
+ * per expert the resident kernel's BIG form with K <= 384 (pairs of 128 tokens resident: tiny
+ * M >= 1000, tiny-bf16-shared M=1000, odd-H M=1000, tp8-large M >= 4096) and the one-tile
+ * FC2 with K > 384 (wide-I top-8 M=160).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * sm90-wgmma's token widths per expert tile (16 .. 128, by the rows in use) are counted from
- * the top-k ids of its cases; the full suite fails if an FC1 width is never selected.
+ * the top-k ids of its cases; the full suite fails if an FC1 width, a resident FC2 width or
+ * a width of its BIG form is never selected.
  * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 (tiny: 160) only (for
  * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
  * tp8 shape, every kernel, top-8 and top-4, with and without the shared expert, M = 1 .. 256,
@@ -267,19 +270,29 @@ static int N_KERNELS = (int)(sizeof kernels / sizeof kernels[0]);
 /* Coverage of sm90-wgmma's token widths (wg_unit in src/cuda/sm90_w4a16_wgmma.cu): the
  * routed experts' 64-row slots, in pairs (fp4_moe_group align 2), select a width by the rows
  * in use; counted here from the GPU's top-k ids of every sm90-wgmma case, for FC1 (always the
- * one-tile kernel) and FC2, which runs the one-tile kernel too with more than 48 rows per
- * expert on average or I > 384, else the resident kernel (a slot alone as 32 .. 64 tokens,
- * or 16 / 24 too up to 24 rows per expert on average; a pair as two of 64). The suite fails if an FC1 width or a resident FC2 width is never
- * selected. */
+ * one-tile kernel) and FC2. FC2 (the launcher's rule, by rows per expert on average) with
+ * I <= 384: up to 48 the resident kernel (a slot alone as 32 .. 64 tokens, or 16 / 24 too up
+ * to 24; a pair as two of 64), 49 .. 96 column strips, above that the resident kernel's BIG
+ * form (a pair as one unit of 128, a slot alone as 32 .. 64); with I > 384 strips up to 96,
+ * the one-tile kernel above. The suite fails if an FC1 width, a resident FC2 width or a BIG
+ * FC2 width is never selected. */
 static const int wg_widths[] = {16, 24, 32, 48, 64, 80, 96, 128};
 #define N_WG_WIDTHS ((int)(sizeof wg_widths / sizeof wg_widths[0]))
-#define N_WG_RES_WIDTHS 5 /* the resident FC2's: 16 .. 64 */
-static int wg_seen[3][N_WG_WIDTHS]; /* [FC1, FC2 one-tile, FC2 resident][width] */
+#define N_WG_KINDS 4
+static const char *wg_kind[N_WG_KINDS] = {"FC1", "FC2 one-tile / strips", "FC2 resident",
+                                          "FC2 resident pairs (BIG)"};
+static const unsigned wg_need[N_WG_KINDS] = {0xff, 0, 0x1f, 0x9c}; /* widths required (bits) */
+static int wg_seen[N_WG_KINDS][N_WG_WIDTHS];
 
 static int wg_width(int first, int second)
 {
     if (second > 0) return second > 32 ? 128 : second > 16 ? 96 : 80;
     return first > 48 ? 64 : first > 32 ? 48 : first > 24 ? 32 : first > 16 ? 24 : 16;
+}
+
+static void wg_add(int kind, int width)
+{
+    for (int i = 0; i < N_WG_WIDTHS; i++) wg_seen[kind][i] += wg_widths[i] == width;
 }
 
 static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter)
@@ -288,17 +301,17 @@ static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter)
     for (long long i = 0; i < (long long)m * k; i++)
         if (ids[i] >= 0 && ids[i] < n_experts) cnt[ids[i]]++;
     const long long per_expert = ((long long)m * k + n_experts - 1) / n_experts;
-    const int fc2_tile = inter > 384 || per_expert > 48, fc2_small = per_expert <= 24;
+    const int fc2_res = inter <= 384 && per_expert <= 48, fc2_small = per_expert <= 24;
+    const int fc2_big = inter <= 384 && per_expert > 96;
     for (int e = 0; e < n_experts; e++)
         for (int r = 0; r < cnt[e]; r += 128) {
             const int left = cnt[e] - r, first = left < 64 ? left : 64;
-            const int w = wg_width(first, left - first);
-            for (int i = 0; i < N_WG_WIDTHS; i++)
-                if (wg_widths[i] == w) wg_seen[0][i]++, wg_seen[1][i] += fc2_tile;
-            if (!fc2_tile && left > first) wg_seen[2][4] += 2; /* a pair: two units of 64 */
-            else if (!fc2_tile) /* 16 and 24 only in the kernel for <= 24 rows per expert */
-                for (int i = 0; i < N_WG_RES_WIDTHS; i++)
-                    wg_seen[2][i] += wg_widths[i] == (!fc2_small && w < 32 ? 32 : w);
+            const int w = wg_width(first, left - first), pair = left > first;
+            wg_add(0, w);
+            if (fc2_res && pair) wg_seen[2][4] += 2; /* a pair: two units of 64 */
+            else if (fc2_res) wg_add(2, !fc2_small && w < 32 ? 32 : w); /* 16, 24: <= 24 only */
+            else if (fc2_big) wg_add(3, pair ? 128 : w < 32 ? 32 : w);
+            else wg_add(1, w);
         }
     free(cnt);
 }
@@ -739,7 +752,7 @@ int main(void)
     static const int ms_small[] = {7, 1000}, k8[] = {8};
     static const int ms_odd[] = {1, 40, 64, 1000}, k_odd[] = {4, 16};
     static const int ms_tp8[] = {1, 7, 64, 256}, ms_tp8_big[] = {1000, 4096, 16384};
-    static const int ms_long_k[] = {40, 64}, ms_wide[] = {1, 7};
+    static const int ms_long_k[] = {40, 64}, ms_wide[] = {1, 7}, ms_wide_i[] = {1, 7, 160};
     const shape_spec shapes[] = {
         {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_tiny, 5, k48, 2, 1, 0},
         {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_small, 2, k8, 1, 1, 0},
@@ -750,8 +763,8 @@ int main(void)
         {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
         /* I = 1024 (16 groups): decode FC2 and the shared FC2 split K over 8 warps (KS 8),
          * their weight copies issued before the PDL wait (weights_first), sm90-wgmma's FC2 by
-         * the one-tile kernel */
-        {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
+         * the one-tile kernel at M=160 top-8 (160 rows per expert), strips below */
+        {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide_i, 3, k48, 2, 0, 0},
         /* H = I = 1024: at M=1 the decode FC1 and the shared FC1 split K over 8 warps (top-8:
          * 8 slots x 128 m16 tiles, two per warp), the one-token FC2 runs 16 groups per warp;
          * grids of one wave with fewer blocks per SM than registers allow (shared memory
@@ -787,17 +800,17 @@ int main(void)
     run_reject_case();
     if (N_KERNELS == (int)(sizeof kernels / sizeof kernels[0]) && !is_profile) {
         int missing = 0;
-        static const char *what[3] = {"FC1", "FC2 one-tile", "FC2 resident"};
-        for (int f = 0; f < 3; f++) {
-            printf("sm90-wgmma %s token widths (expert tiles):", what[f]);
-            for (int i = 0; i < (f == 2 ? N_WG_RES_WIDTHS : N_WG_WIDTHS); i++) {
+        for (int f = 0; f < N_WG_KINDS; f++) {
+            printf("sm90-wgmma %s token widths (expert tiles):", wg_kind[f]);
+            for (int i = 0; i < N_WG_WIDTHS; i++) {
                 printf(" n%d x%d", wg_widths[i], wg_seen[f][i]);
-                missing += f != 1 && !wg_seen[f][i] && !is_small; /* small: a few M only */
+                /* small: a few M only */
+                missing += (wg_need[f] >> i & 1) && !wg_seen[f][i] && !is_small;
             }
             printf("\n");
         }
         if (missing) {
-            printf("FAIL sm90-wgmma coverage: %d FC1 / resident FC2 token widths never selected\n",
+            printf("FAIL sm90-wgmma coverage: %d required token widths never selected\n",
                    missing);
             n_fail++;
         }
