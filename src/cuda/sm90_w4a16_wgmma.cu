@@ -521,8 +521,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
      * sources are pointers that advance by one K tile per copy (aim() points them at K tile 0
      * of a column tile). In the 128-token body they are computed from the two counters at each
      * copy: kept from copy to copy they spilled (5 local loads per step, on the path from the
-     * barrier to the copies). */
-    constexpr bool RECOMPUTE = NT > 64;
+     * barrier to the copies). TIGHT: that body, 64 accumulators and 32 A registers of 128. */
+    constexpr bool TIGHT = NT > 64;
     int l_kt = 0, l_ct = ctile0;
     const uint8_t *w_src = 0, *s_src = 0;
     int w_bytes = 0, s_bytes = 0;
@@ -533,9 +533,9 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         w_src = p.wq + ((size_t)expert * n + (wr < n ? wr : 0)) * (k / 2) + (tid & 1) * 16;
         s_src = p.ws + ((size_t)expert * n + (sr < n ? sr : 0)) * (k / 16);
     };
-    if constexpr (!RECOMPUTE) aim(l_ct);
+    if constexpr (!TIGHT) aim(l_ct);
     auto load_next = [&](uint32_t off) { /* the next step's weights into the stage at off */
-        if constexpr (RECOMPUTE) {
+        if constexpr (TIGHT) {
             const int wr = l_ct * WG_BW + (tid >> 1), sr = l_ct * WG_BW + tid;
             const size_t e_row = (size_t)expert * n;
             cp_async16(rbase + off + tid * 16,
@@ -614,13 +614,12 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         /* The next step's codes are read before the copies are issued (their latency hides
          * behind them), but after them in the 128-token body: live across the copies they
          * spilled the copy state there (6 local loads and 2 stores per step). */
-        constexpr bool EARLY = NT <= 64;
         const uint32_t o_nxt = next_stage(o_cur);
         wg_codes c1;
-        if (EARLY && s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
+        if (!TIGHT && s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
         if (s + NST < steps) load_next(o_cur);
         cp_async_commit();
-        if (!EARLY && s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
+        if (TIGHT && s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
         o_cur = o_nxt;
         if (s + 1 < steps) wg_dequant(c1, nxt);
     };
