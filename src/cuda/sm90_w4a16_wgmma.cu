@@ -23,9 +23,11 @@
  * cp.async ring of 84 KB (4 stages of 128 or 96 tokens, 5 of 80, 6 of 64, 7 of 48, 9 of 32,
  * 10 of 24, 12 of 16: the weight bytes in flight matter when few tokens share them), one
  * barrier per K tile with 4 or 5 stages, one per two K tiles with more (each publishes two
- * stages: half the barriers and proxy fences). Registers hold two K tiles of A fragments:
- * while the wgmmas of tile kt run, the warps dequantize tile kt+1 (wgmma.wait_group 1 frees
- * the other buffer and the ring stage).
+ * stages: half the barriers and proxy fences). Above WG_DEEP_ROWS rows per expert the gated
+ * kernel's DEEP form runs its 128-token units through 5 stages (104 KB, the block scales
+ * apart, 16 bytes a row per 4 K tiles), so a copy has 3 K tiles to land instead of 2.
+ * Registers hold two K tiles of A fragments: while the wgmmas of tile kt run, the warps
+ * dequantize tile kt+1 (wgmma.wait_group 1 frees the other buffer and the ring stage).
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
  * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared
  * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
@@ -69,6 +71,17 @@
                                           resident (96 KB), 3 weight stages, its row table */
 #define WG_SMEM128 (WG_RING128 + 1024) /* two CTAs per SM: 2 x (114688 + 1024 reserved) of
                                           the SM's 233472 bytes */
+#define WG_DEEP_ROWS 88                /* the gated kernel's DEEP form (above this many rows
+                                          per expert, k % 256 == 0): */
+#define WG_DEEP_ST 5                   /* 128-token units through 5 stages of B + W (20 KB), */
+#define WG_DEEP_SC 2048                /* their block scales 4 K tiles at a time (16 bytes a
+                                          row, past L1) in 2 slots of this many bytes */
+#define WG_RING_DEEP (WG_DEEP_ST * 20480 + 2 * WG_DEEP_SC)
+#define WG_SMEM_DEEP (WG_RING_DEEP + 1024) /* two CTAs per SM (the largest carveout, so an
+                                          L1 of 28 KB: why the scales go past it) */
+#if WG_SMEM_DEEP > WG_SMEM128
+#error "the DEEP kernel's shared memory is set up with WG_SMEM128"
+#endif
 
 #ifdef FP4_WG_SM90
 
@@ -252,7 +265,7 @@ static __device__ __forceinline__ void wg_row_table(const fp4_mma_gemm_args &p, 
  * copies of tile ct + 1 (its weights, the same token rows again from K tile 0) are in flight
  * while tile ct finishes, and the plain epilogue stores straight from the accumulators in the
  * loop (wg_store_cols), so a CTA fills its pipeline once per unit, not once per column tile. */
-template <int NT, bool GATED, bool STRIPS>
+template <int NT, bool GATED, bool STRIPS, bool DEEP = false>
 static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsigned char *sm,
                                                int expert, int slot0, int ctile0, int nct)
 {
@@ -260,9 +273,17 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
                                                                   per tile (NT 16: half) */
     constexpr bool BALL = NT * 8 % WG_THREADS == 0; /* every thread copies BCH chunks */
     constexpr int BB = NT * 128;              /* B bytes per stage: NT rows x 64 bf16 */
-    /* stage = B + W + S rounded up to 1 KB (B stays 1 KB aligned for the 128B swizzle) */
-    constexpr int STAGE = (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
-    constexpr int NST = WG_RING / STAGE; /* 4 for 128 tokens, 6 for 64: bytes in flight */
+    /* stage = B + W + S rounded up to 1 KB (B stays 1 KB aligned for the 128B swizzle).
+     * DC (the DEEP form's 128-token body): B + W, the scales in WG_DEEP_SC slots past the
+     * stages, each 4 K tiles of the 128 rows (16 bytes a row, copied with the stage of the
+     * first of the 4: a slot is refilled 2 steps after its last codes were read) */
+    constexpr bool DC = DEEP && GATED && NT == 128;
+    static_assert(!DEEP || GATED, "DEEP: the gated kernel only");
+    constexpr int STAGE =
+        DC ? BB + WG_W_BYTES : (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
+    constexpr int NST = DC ? WG_DEEP_ST : WG_RING / STAGE; /* 4 for 128 tokens, 6 for 64: bytes
+                                                              in flight; DC 5 */
+    static_assert(!DC || NST * STAGE + 2 * WG_DEEP_SC <= WG_RING_DEEP, "DEEP ring");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
     const int k = p.k, n = p.n, nk = k / WG_BK, n_wrows = GATED ? 2 * n : n;
@@ -318,7 +339,14 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             }
         cp_async16(base + BB + tid * 16, w_src, w_bytes);
         w_src += WG_BK / 2;
-        if (tid < WG_BW) {
+        if (DC) { /* K tiles l_kt .. l_kt + 3: their scales into slot (l_kt / 4) & 1 */
+            if (tid < WG_BW && (l_kt & 3) == 0) {
+                cp_async16(sbase + NST * STAGE + ((l_kt >> 2) & 1) * WG_DEEP_SC + tid * 16,
+                           s_src, s_bytes * 4);
+                s_src += 4 * (WG_BK / 16);
+            }
+            l_kt++;
+        } else if (tid < WG_BW) {
             cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src, s_bytes);
             s_src += WG_BK / 16;
         }
@@ -331,7 +359,18 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     };
 
     const int rg = 64 * wg + 16 * wq + g; /* the warp's first weight row */
-    auto codes = [&](uint32_t off) { return wg_load_codes(sm + off + BB, rg, t); };
+    /* the codes of the K tile kt in the stage at off */
+    auto codes = [&](uint32_t off, int kt) {
+        if (!DC) return wg_load_codes(sm + off + BB, rg, t);
+        const unsigned char *w = sm + off + BB;
+        const unsigned char *sc = sm + NST * STAGE + ((kt >> 2) & 1) * WG_DEEP_SC + (kt & 3) * 4;
+        wg_codes c;
+        c.q0 = *(const uint2 *)(w + rg * 32 + t * 8);
+        c.q1 = *(const uint2 *)(w + (rg + 8) * 32 + t * 8);
+        c.s0 = *(const uint32_t *)(sc + rg * 16);
+        c.s1 = *(const uint32_t *)(sc + (rg + 8) * 16);
+        return c;
+    };
 
     float acc[NT / 2]; /* each column tile's first wgmma starts it (acc_in 0) */
 #pragma unroll
@@ -356,7 +395,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     cp_async_wait<PRE>();
     fence_proxy_async();
     __syncthreads();
-    wg_dequant(codes(0), abuf0);
+    wg_dequant(codes(0, 0), abuf0);
 
     /* The codes of step s+1 are read as soon as its stage is published: at the top when an
      * earlier barrier published it (the odd steps with PUB 2), else right after this step's
@@ -370,7 +409,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         const int kt = c_kt;
         c_kt = kt + 1 == nk ? 0 : kt + 1;
         wg_codes c1;
-        if (!publish && s + 1 < steps) c1 = codes(o_nxt);
+        if (!publish && s + 1 < steps) c1 = codes(o_nxt, c_kt);
         const uint64_t desc = wg_desc(sbase + o_cur);
         wgmma_fence();
 #pragma unroll
@@ -391,7 +430,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             cp_async_wait<PRE - PUB>();
             fence_proxy_async();
             __syncthreads();
-            if (EARLY && s + 1 < steps) c1 = codes(o_nxt);
+            if (EARLY && s + 1 < steps) c1 = codes(o_nxt, c_kt);
 #pragma unroll
             for (int i = 0; i < PUB; i++) {
                 const int ks = s + NST - PUB + i; /* into the stage of s - PUB + i */
@@ -400,7 +439,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
                 cp_async_commit();
             }
         }
-        if (!EARLY && publish && s + 1 < steps) c1 = codes(o_nxt);
+        if (!EARLY && publish && s + 1 < steps) c1 = codes(o_nxt, c_kt);
         if (s + 1 < steps) wg_dequant(c1, nxt);
         o_cur = o_nxt;
     };
@@ -705,7 +744,7 @@ static __device__ __forceinline__ wg_cta wg_cta_of(unsigned char *smem_raw, int 
  * their group as one strip (wg_tile), for up to WG_STRIP_ROWS rows per expert (H200 A/B of
  * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to +1.8%
  * at 128-256, where the units are 128-token pairs, so a kernel of its own). */
-template <bool GATED, bool STRIPS>
+template <bool GATED, bool STRIPS, bool DEEP = false>
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
 {
@@ -717,7 +756,7 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
     wg_unit(
         p, unit,
         [&](int e, int s, int nt) {
-            if (nt == 128 && !STRIPS) wg_tile<128, GATED, STRIPS>(p, sm, e, s, ctile, 1);
+            if (nt == 128 && !STRIPS) wg_tile<128, GATED, STRIPS, DEEP>(p, sm, e, s, ctile, 1);
             else if (nt == 128) /* one column tile per call (wg_tile's STRIP) */
                 for (int c = 0; c < nct; c++)
                     wg_tile<128, GATED, STRIPS>(p, sm, e, s, ctile + c, 1);
@@ -784,14 +823,15 @@ static int wg_ready[WG_MAX_DEVICES];
 
 extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
 {
-    /* the BIG kernels first, into a flag array of their own: wg_ready is set only when every
-     * kernel is ready. Two of their CTAs need nearly all of the SM's shared memory: ask for
-     * the largest carveout. */
+    /* the BIG and DEEP kernels first, into a flag array of their own: wg_ready is set only
+     * when every kernel is ready. Two of their CTAs need nearly all of the SM's shared memory:
+     * ask for the largest carveout. */
     static int big_ready[WG_MAX_DEVICES];
-    const void *big[2] = {(const void *)fp4_sm90_wgmma_res_kernel<false, false, true>,
-                          (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>};
-    cudaError_t err = wg_kernels_init(big_ready, big, 2, WG_SMEM128);
-    for (int i = 0; i < 2 && err == cudaSuccess; i++)
+    const void *big[3] = {(const void *)fp4_sm90_wgmma_res_kernel<false, false, true>,
+                          (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>,
+                          (const void *)fp4_sm90_wgmma_kernel<true, false, true>};
+    cudaError_t err = wg_kernels_init(big_ready, big, 3, WG_SMEM128); /* >= WG_SMEM_DEEP */
+    for (int i = 0; i < 3 && err == cudaSuccess; i++)
         err = cudaFuncSetAttribute(big[i], cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
@@ -846,7 +886,18 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     const dim3 grid((unsigned)blocks);
     const void *kern = (const void *)fp4_sm90_wgmma_kernel<false, false>;
     int smem = WG_SMEM;
-    if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
+    /* gated above WG_DEEP_ROWS rows per expert: the DEEP form (5 stages for the 128-token
+     * units; its scales are copied 16 bytes a row, hence k % 256 and ws 16-byte aligned).
+     * H200, layer, against the 4-stage form (2026-11-30): -2.1 / -1.8% at 96 rows per expert
+     * (M=1536 top-8, M=3072 top-4), -1.9 / -2.1% at 128, -2.9% at 256; but +1.0% at 80 and
+     * +5% at 64, where most tiles are narrower and run the common bodies, whose 4-byte scale
+     * copies go through an L1 of 28 KB under the DEEP form's carveout. 81-95: not measured. */
+    const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && p->k % 256 == 0 &&
+                     !((uintptr_t)p->ws & 15);
+    if (deep) {
+        kern = (const void *)fp4_sm90_wgmma_kernel<true, false, true>;
+        smem = WG_SMEM_DEEP;
+    } else if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
     else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;
     else if (big) {
         kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>

@@ -34,7 +34,11 @@
  * column tile, tp8-large top-8 M=1000, wide-I, the nvfp4 shared expert at M=64); above 96 rows
  * per expert the resident kernel's BIG form with K <= 384 (pairs of 128 tokens resident: tiny
  * M >= 1000, tiny-bf16-shared M=1000, odd-H M=1000, tp8-large M >= 4096) and the one-tile
- * FC2 with K > 384 (wide-I top-8 M=160).
+ * FC2 with K > 384 (wide-I top-8 M=160). Its FC1 above 88 rows per expert with H % 256 == 0
+ * runs the gated kernel's DEEP form (5 stages for 128-token units: tiny M >= 1000 with K = 256,
+ * fewer K tiles than stages; tiny-bf16-shared M=1000, wide-I M=160, tp8-large M >= 1000);
+ * odd-H M=1000 (H = 320) keeps the 4-stage form covered there. (The launcher also wants the
+ * scales 16-byte aligned: the routed scales are a cudaMalloc of their own, so always here.)
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * sm90-wgmma's token widths per expert tile (16 .. 128, by the rows in use) are counted from
  * the top-k ids of its cases; the full suite fails if an FC1 width, a resident FC2 width or
@@ -274,14 +278,16 @@ static int N_KERNELS = (int)(sizeof kernels / sizeof kernels[0]);
  * I <= 384: up to 48 the resident kernel (a slot alone as 32 .. 64 tokens, or 16 / 24 too up
  * to 24; a pair as two of 64), 49 .. 96 column strips, above that the resident kernel's BIG
  * form (a pair as one unit of 128, a slot alone as 32 .. 64); with I > 384 strips up to 96,
- * the one-tile kernel above. The suite fails if an FC1 width, a resident FC2 width or a BIG
- * FC2 width is never selected. */
+ * the one-tile kernel above. FC1 above 88 rows per expert with H % 256 == 0: the gated
+ * kernel's DEEP form (its own 128-token body; narrower tiles run the common bodies). The suite
+ * fails if an FC1 width, a resident FC2 width, a BIG FC2 width or the DEEP form's 128 is never
+ * selected. */
 static const int wg_widths[] = {16, 24, 32, 48, 64, 80, 96, 128};
 #define N_WG_WIDTHS ((int)(sizeof wg_widths / sizeof wg_widths[0]))
-#define N_WG_KINDS 4
+#define N_WG_KINDS 5
 static const char *wg_kind[N_WG_KINDS] = {"FC1", "FC2 one-tile / strips", "FC2 resident",
-                                          "FC2 resident pairs (BIG)"};
-static const unsigned wg_need[N_WG_KINDS] = {0xff, 0, 0x1f, 0x9c}; /* widths required (bits) */
+                                          "FC2 resident pairs (BIG)", "FC1 DEEP"};
+static const unsigned wg_need[N_WG_KINDS] = {0xff, 0, 0x1f, 0x9c, 0x80}; /* widths required */
 static int wg_seen[N_WG_KINDS][N_WG_WIDTHS];
 
 static int wg_width(int first, int second)
@@ -295,19 +301,19 @@ static void wg_add(int kind, int width)
     for (int i = 0; i < N_WG_WIDTHS; i++) wg_seen[kind][i] += wg_widths[i] == width;
 }
 
-static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter)
+static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter, int h)
 {
     int *cnt = calloc((size_t)n_experts, sizeof(int));
     for (long long i = 0; i < (long long)m * k; i++)
         if (ids[i] >= 0 && ids[i] < n_experts) cnt[ids[i]]++;
     const long long per_expert = ((long long)m * k + n_experts - 1) / n_experts;
     const int fc2_res = inter <= 384 && per_expert <= 48, fc2_small = per_expert <= 24;
-    const int fc2_big = inter <= 384 && per_expert > 96;
+    const int fc2_big = inter <= 384 && per_expert > 96, fc1_deep = per_expert > 88 && h % 256 == 0;
     for (int e = 0; e < n_experts; e++)
         for (int r = 0; r < cnt[e]; r += 128) {
             const int left = cnt[e] - r, first = left < 64 ? left : 64;
             const int w = wg_width(first, left - first), pair = left > first;
-            wg_add(0, w);
+            wg_add(fc1_deep ? 4 : 0, w);
             if (fc2_res && pair) wg_seen[2][4] += 2; /* a pair: two units of 64 */
             else if (fc2_res) wg_add(2, !fc2_small && w < 32 ? 32 : w); /* 16, 24: <= 24 only */
             else if (fc2_big) wg_add(3, pair ? 128 : w < 32 ? 32 : w);
@@ -380,7 +386,7 @@ static void run_case(const char *shape, const fp4_arch *a, const fp4_moe_weights
             n_fail++;
             continue;
         }
-        if (kernels[ki] == FP4_GPU_K_SM90_WGMMA) wg_count(gids, m, k, w->n_experts, w->inter);
+        if (kernels[ki] == FP4_GPU_K_SM90_WGMMA) wg_count(gids, m, k, w->n_experts, w->inter, H);
         size_t n_nonfinite = 0;
         for (size_t i = 0; i < nx; i++) n_nonfinite += !isfinite(y[i]);
         double d2 = 0, r2 = 0;
