@@ -41,8 +41,8 @@
  * scales 16-byte aligned: the routed scales are a cudaMalloc of their own, so always here.)
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  * sm90-wgmma's token widths per expert tile (16 .. 128, by the rows in use) are counted from
- * the top-k ids of its cases; the full suite fails if an FC1 width, a resident FC2 width or
- * a width of its BIG form is never selected.
+ * the top-k ids of its cases; the full suite fails if an FC1 width, a resident FC2 width, a
+ * width of its BIG form or the DEEP FC1's 128 is never selected.
  * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 (tiny: 160) only (for
  * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
  * tp8 shape, every kernel, top-8 and top-4, with and without the shared expert, M = 1 .. 256,
