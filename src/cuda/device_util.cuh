@@ -41,9 +41,9 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
                  : "memory");
 }
 
-/* 4-byte stores to global addresses row + off (and row + off + 32: the x2 form; row held as
- * an integer: a generic store otherwise), only where row != 0 and ok != 0: predicated, no
- * branch around them. */
+/* A 4-byte (or, v2, an 8-byte: two words) store to global address row + off (row held as an
+ * integer: a generic store otherwise), only where row != 0 and ok != 0: predicated, no
+ * branch around it. */
 static __device__ __forceinline__ void st_global_b32_row(unsigned long long row, uint32_t off,
                                                          uint32_t v, uint32_t ok)
 {
@@ -53,13 +53,13 @@ static __device__ __forceinline__ void st_global_b32_row(unsigned long long row,
                  : "memory");
 }
 
-static __device__ __forceinline__ void st_global_b32x2_row(unsigned long long row,
+static __device__ __forceinline__ void st_global_v2b32_row(unsigned long long row,
                                                            uint32_t off, uint32_t v0,
                                                            uint32_t v1, uint32_t ok)
 {
     asm volatile("{\n.reg .pred p, q;\n.reg .u64 a;\nsetp.ne.b32 q, %4, 0;\n"
                  "setp.ne.and.u64 p, %0, 0, q;\ncvt.u64.u32 a, %1;\nadd.u64 a, %0, a;\n"
-                 "@p st.global.b32 [a], %2;\n@p st.global.b32 [a+32], %3;\n}\n"
+                 "@p st.global.v2.b32 [a], {%2, %3};\n}\n"
                  ::"l"(row), "r"(off), "r"(v0), "r"(v1), "r"(ok)
                  : "memory");
 }

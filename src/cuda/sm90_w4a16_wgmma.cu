@@ -192,54 +192,63 @@ static __device__ __forceinline__ int wg_out_row(const fp4_mma_gemm_args &p, int
     return p.row_dst ? p.row_dst[prow] : (prow < p.out_rows ? prow : -1);
 }
 
+/* Plain: column (within its tile of 128) of shared-memory row sr = 16 w + 8 h + g: 16 w +
+ * 2 g + h, so that a warp's accumulator rows g and g + 8 hold two adjacent output columns and
+ * a lane stores them as one pair (wg_store_cols, no shuffle). */
+static __device__ __forceinline__ int wg_plain_col(int sr)
+{
+    return (sr & ~15) | ((sr & 7) << 1) | ((sr >> 3) & 1);
+}
+
 /* Weight row (within the expert) of shared-memory row sr of the CTA's 128, or -1.
  * Gated: sr = 64 v + 16 w + 8 h + g -> column c = ctile*64 + 32 v + 8 w + g, gate row c for
- * h = 0, up row n + c for h = 1 (the warp's accumulator rows g and g+8). Plain: ctile*128+sr. */
-template <bool GATED>
+ * h = 0, up row n + c for h = 1 (the warp's accumulator rows g and g+8). Plain: ctile*128 +
+ * wg_plain_col(sr) where the epilogue is wg_store_cols (PAIRS), else ctile*128 + sr. */
+template <bool GATED, bool PAIRS>
 static __device__ __forceinline__ int wg_weight_row(int sr, int ctile, int n)
 {
     if (GATED) {
         int c = ctile * 64 + 32 * (sr >> 6) + 8 * ((sr >> 4) & 3) + (sr & 7);
         return (sr >> 3) & 1 ? n + c : c;
     }
-    int r = ctile * WG_BW + sr;
+    int r = ctile * WG_BW + (PAIRS ? wg_plain_col(sr) : sr);
     return r < n ? r : -1;
 }
 
 /* Plain epilogue straight from the accumulators of one column tile: token rows 8j + 2t (+1)
- * of the tile, weight rows (output columns) col and col + 8 of this lane (col = the tile's
- * first column + the warp's row g). srow[r]: byte address of token r's output row (0: none);
- * swt[r]: its multiplier. A warp's store writes 8 consecutive fp32 columns of 4 token rows,
- * or (OBF16) 16 bf16 columns of 4 token rows, pairs of columns joined through one shuffle
- * (lane ^ 4 holds column g ^ 1 of the same tokens; an even g stores (g, g + 1), an odd g
- * (g + 7, g + 8)): four full 32-byte sectors either way. n % 64 == 0: the columns a lane
- * stores are in or out together. */
+ * of the tile, output columns col and col + 1 of this lane (the warp's accumulator rows g and
+ * g + 8: col = the tile's first column + 16 w + 2 g, wg_plain_col). srow[r]: byte address of
+ * token r's output row (0: none); swt[r]: its multiplier. A lane stores its two columns as one
+ * pair, so a warp's store writes 16 consecutive bf16 (OBF16) or fp32 columns of 4 token rows:
+ * full 32-byte sectors. n % 64 == 0: the columns a lane stores are in or out together. */
 template <int NT, bool OBF16>
 static __device__ __forceinline__ void wg_store_cols(const float *acc,
                                                      const unsigned long long *srow,
-                                                     const float *swt, int c_col, int n, int g,
-                                                     int t)
+                                                     const float *swt, int col, int n, int t)
 {
     constexpr int OSZ = OBF16 ? 2 : 4; /* bytes per output value */
-    const bool odd = g & 1;
-    const int col = OBF16 && odd ? c_col + 7 : c_col;
     const uint32_t col_in = col < n;
     const uint32_t cb = (uint32_t)col * OSZ;
+    /* tokens 8 j + 2 t and + 1: their rows and multipliers, read one j ahead (the stores of
+     * j do not wait for the shared-memory latency of j's table entries) */
+    ulonglong2 rp_n = *(const ulonglong2 *)(srow + 2 * t);
+    float2 f_n = *(const float2 *)(swt + 2 * t);
 #pragma unroll
     for (int j = 0; j < NT / 8; j++) {
-        const int tok = 8 * j + 2 * t;
-        const ulonglong2 rp = *(const ulonglong2 *)(srow + tok); /* tokens tok, tok + 1 */
-        const float2 f = *(const float2 *)(swt + tok);
+        const ulonglong2 rp = rp_n;
+        const float2 f = f_n;
+        if (j + 1 < NT / 8) {
+            rp_n = *(const ulonglong2 *)(srow + 8 * (j + 1) + 2 * t);
+            f_n = *(const float2 *)(swt + 8 * (j + 1) + 2 * t);
+        }
         const float v0 = acc[4 * j] * f.x, v1 = acc[4 * j + 1] * f.y;
         const float v2 = acc[4 * j + 2] * f.x, v3 = acc[4 * j + 3] * f.y;
         if (OBF16) {
-            const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v0 : v2, 4);
-            const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v1 : v3, 4);
-            st_global_b32_row(rp.x, cb, odd ? pack_bf16x2(r0, v2) : pack_bf16x2(v0, r0), col_in);
-            st_global_b32_row(rp.y, cb, odd ? pack_bf16x2(r1, v3) : pack_bf16x2(v1, r1), col_in);
+            st_global_b32_row(rp.x, cb, pack_bf16x2(v0, v2), col_in);
+            st_global_b32_row(rp.y, cb, pack_bf16x2(v1, v3), col_in);
         } else {
-            st_global_b32x2_row(rp.x, cb, __float_as_uint(v0), __float_as_uint(v2), col_in);
-            st_global_b32x2_row(rp.y, cb, __float_as_uint(v1), __float_as_uint(v3), col_in);
+            st_global_v2b32_row(rp.x, cb, __float_as_uint(v0), __float_as_uint(v2), col_in);
+            st_global_v2b32_row(rp.y, cb, __float_as_uint(v1), __float_as_uint(v3), col_in);
         }
     }
 }
@@ -319,11 +328,11 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     const uint8_t *w_src, *s_src = 0;
     int w_bytes, s_bytes = 0, l_kt = 0, l_ct = ctile0;
     auto aim = [&](int ct) {
-        const int wr = wg_weight_row<GATED>(tid >> 1, ct, n);
+        const int wr = wg_weight_row<GATED, STRIP>(tid >> 1, ct, n);
         w_bytes = wr >= 0 ? 16 : 0;
         w_src = p.wq + ((size_t)expert * n_wrows + (wr >= 0 ? wr : 0)) * (k / 2) + (tid & 1) * 16;
         if (tid < WG_BW) {
-            const int sr = wg_weight_row<GATED>(tid, ct, n);
+            const int sr = wg_weight_row<GATED, STRIP>(tid, ct, n);
             s_bytes = sr >= 0 ? 4 : 0;
             s_src = p.ws + ((size_t)expert * n_wrows + (sr >= 0 ? sr : 0)) * (k / 16);
         }
@@ -403,7 +412,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
      * more) the live codes would spill: there they are read after the copies. */
     constexpr bool EARLY = NT <= 64;
     uint32_t o_cur = 0; /* byte offset of step s's stage */
-    int c_kt = 0, c_col = ctile0 * WG_BW + rg; /* step s's K tile, the warp's column (plain) */
+    int c_kt = 0; /* step s's K tile */
+    int c_col = ctile0 * WG_BW + 64 * wg + 16 * wq + 2 * g; /* plain: the lane's first column */
     auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish) {
         const uint32_t o_nxt = o_cur + STAGE == NST * STAGE ? 0u : o_cur + STAGE;
         const int kt = c_kt;
@@ -419,8 +429,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         if (STRIP && kt == nk - 1) { /* the column tile's last K tile: store it */
             wgmma_wait<0>();
             wg_fence_acc<NT / 2>(acc);
-            if (p.out_bf16) wg_store_cols<NT, true>(acc, srow, swt, c_col, n, g, t);
-            else wg_store_cols<NT, false>(acc, srow, swt, c_col, n, g, t);
+            if (p.out_bf16) wg_store_cols<NT, true>(acc, srow, swt, c_col, n, t);
+            else wg_store_cols<NT, false>(acc, srow, swt, c_col, n, t);
             c_col += WG_BW;
         } else {
             wgmma_wait<1>();
@@ -566,7 +576,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     const uint8_t *w_src = 0, *s_src = 0;
     int w_bytes = 0, s_bytes = 0;
     auto aim = [&](int ct) {
-        const int wr = ct * WG_BW + (tid >> 1), sr = ct * WG_BW + tid;
+        const int wr = ct * WG_BW + wg_plain_col(tid >> 1), sr = ct * WG_BW + wg_plain_col(tid);
         w_bytes = wr < n ? 16 : 0;
         s_bytes = sr < n ? 4 : 0;
         w_src = p.wq + ((size_t)expert * n + (wr < n ? wr : 0)) * (k / 2) + (tid & 1) * 16;
@@ -575,7 +585,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     if constexpr (!TIGHT) aim(l_ct);
     auto load_next = [&](uint32_t off) { /* the next step's weights into the stage at off */
         if constexpr (TIGHT) {
-            const int wr = l_ct * WG_BW + (tid >> 1), sr = l_ct * WG_BW + tid;
+            const int wr = l_ct * WG_BW + wg_plain_col(tid >> 1),
+                      sr = l_ct * WG_BW + wg_plain_col(tid);
             const size_t e_row = (size_t)expert * n;
             cp_async16(rbase + off + tid * 16,
                        p.wq + (e_row + (wr < n ? wr : 0)) * (k / 2) + l_kt * (WG_BK / 2) +
@@ -625,7 +636,8 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     /* Step s (column tile ctile0 + s / nk, K tile s % nk): as wg_tile's step, with B at K
      * tile kt of the resident copy; the last K tile of a column tile retires its wgmmas and
      * stores before the next tile's first. */
-    int c_kt = 0, c_col = ctile0 * WG_BW + rg; /* this step's K tile, the warp's column */
+    int c_kt = 0; /* this step's K tile */
+    int c_col = ctile0 * WG_BW + 64 * wg + 16 * wq + 2 * g; /* the lane's first column */
     uint32_t o_cur = 0; /* the stage of step s (its codes were read at step s - 1) */
     auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
         const int kt = c_kt;
@@ -639,7 +651,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         if (kt == nk - 1) {
             wgmma_wait<0>();
             wg_fence_acc<NT / 2>(acc);
-            wg_store_cols<NT, OBF16>(acc, srow, swt, c_col, n, g, t);
+            wg_store_cols<NT, OBF16>(acc, srow, swt, c_col, n, t);
             c_col += WG_BW;
         } else {
             wgmma_wait<1>();
