@@ -835,14 +835,13 @@ static int wg_ready[WG_MAX_DEVICES];
 
 extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
 {
-    /* the BIG and DEEP kernels first, into a flag array of their own: wg_ready is set only
-     * when every kernel is ready. Two of their CTAs need nearly all of the SM's shared memory:
-     * ask for the largest carveout. */
-    static int big_ready[WG_MAX_DEVICES];
+    /* the BIG and DEEP kernels first, without a flag: wg_ready is set only when every kernel
+     * is ready. Two of their CTAs need nearly all of the SM's shared memory: ask for the
+     * largest carveout. */
     const void *big[3] = {(const void *)fp4_sm90_wgmma_res_kernel<false, false, true>,
                           (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>,
                           (const void *)fp4_sm90_wgmma_kernel<true, false, true>};
-    cudaError_t err = wg_kernels_init(big_ready, big, 3, WG_SMEM128); /* >= WG_SMEM_DEEP */
+    cudaError_t err = wg_kernels_init(NULL, big, 3, WG_SMEM128); /* >= WG_SMEM_DEEP */
     for (int i = 0; i < 3 && err == cudaSuccess; i++)
         err = cudaFuncSetAttribute(big[i], cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);

@@ -1034,7 +1034,9 @@ template <int WF, int GATED, int KS, int RT, int NB, bool OT = false>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = dec_block_tiles(KS, RT);
-    dim3 grid((unsigned)p->n_slots, (unsigned)((n_tiles + per_block - 1) / per_block));
+    const int grid_y = (n_tiles + per_block - 1) / per_block; /* KS 8 RT 1: one tile a block */
+    if (grid_y > 65535) return cudaErrorInvalidValue;
+    dim3 grid((unsigned)p->n_slots, (unsigned)grid_y);
     const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT>;
     const long long blocks = (long long)grid.x * grid.y;
     const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k)
@@ -1127,7 +1129,6 @@ extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t str
                                             ((n_tiles + dec_block_tiles(2, 2) - 1) /
                                              dec_block_tiles(2, 2))));
     const int ks8 = ks_long && !ks2;
-    if ((n_tiles + 7) / 8 > 65535) return cudaErrorInvalidValue;
     if (p->wfmt == FP4_DEC_W_NVFP4) {
         if (p->gated)
             return ks8 ? launch_nv<1, 8>(p, rt2, stream)

@@ -70,7 +70,7 @@ static inline int wg_device_ready(const int *ready)
 /* One-time setup of n sm_90a kernels for the current device: checks that it is compute
  * capability 9.0 and that the kernels carry sm_90a code (cudaErrorInvalidDeviceFunction
  * otherwise), raises their dynamic shared-memory limit to smem bytes, then sets
- * ready[device]. */
+ * ready[device] (ready NULL: no flag, for kernels set up ahead of others that share one). */
 static inline cudaError_t wg_kernels_init(int *ready, const void *const *kern, int n, int smem)
 {
     int dev = 0, major = 0, minor = 0;
@@ -88,7 +88,7 @@ static inline cudaError_t wg_kernels_init(int *ready, const void *const *kern, i
         err = cudaFuncSetAttribute(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess) return err;
     }
-    ready[dev] = 1;
+    if (ready) ready[dev] = 1;
     return cudaSuccess;
 }
 

@@ -291,6 +291,23 @@ static void run_one_token_rejects(void)
     }
     printf("one-token FC2: %d invalid argument sets refused\n", (int)(sizeof what / sizeof what[0]));
 }
+
+/* A decode launch whose grid would need more than 65535 blocks in y is refused by the
+ * launcher (cudaErrorInvalidValue) instead of failing at the launch: plain BF16 weights at
+ * K / 64 >= 16 run KS 8, one m16 tile per block, so n = 16 x 65536 is one block too many
+ * (the launcher's old bound assumed 8 tiles a block and let it through). Nothing launches. */
+static void run_grid_rejects(void)
+{
+    static char dummy[256] __attribute__((aligned(16)));
+    fp4_dec_gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.wfmt = FP4_DEC_W_BF16, p.n = 16 * 65536, p.k = 1024, p.n_slots = 1, p.a_rows = 8;
+    p.a = (const uint16_t *)dummy, p.wb = (const uint16_t *)dummy, p.out = dummy;
+    cudaError_t err = fp4_dec_gemm(&p, 0);
+    CHECK(err == cudaErrorInvalidValue, "decode launch of 65536 row blocks: returned %s",
+          cudaGetErrorString(err));
+    printf("decode launch of 65536 row blocks refused\n");
+}
 #endif
 
 int main(void)
@@ -330,6 +347,7 @@ int main(void)
     CK(fp4_moe_route_init());
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], st);
     run_one_token_rejects();
+    run_grid_rejects();
     unsigned first_bad = 0;
     long long bad = route_sigmoid_mismatches(&first_bad);
     CHECK(bad == 0, "router sigmoid: %lld of 2^32 inputs differ from 1 / (1 + expf(-x)), first "
