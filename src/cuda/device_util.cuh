@@ -147,15 +147,6 @@ static __device__ __forceinline__ void fp4_scale_eo(uint32_t v, uint32_t &e, uin
     o = ((v >> 4) & 0x0ff00ff0u) + fp4_scale_bias2<K>();
 }
 
-/* The scale of block j (a constant after unrolling) of a packed word in both halves, as
- * bf16x2 times 2^K: a byte permute and a multiply-add (the sm90-wgmma dequant's form; it
- * measured as fast as fp4_scale_eo + fp4_scale_half there or faster, bench/NOTES.md). */
-template <int K> static __device__ __forceinline__ uint32_t fp4_scale_dup(uint32_t v, int j)
-{
-    return __byte_perm(v, 0u, 0x4040u | (uint32_t)j | (uint32_t)j << 8) * 16u +
-           fp4_scale_bias2<K>();
-}
-
 /* Half h of x in both halves, written as PTX moves of the 16-bit halves so that ptxas folds
  * it into the operand of the next bf16x2 multiply (HMUL2 ... R.H0_H0 / R.H1_H1: no
  * instruction of its own; a byte permute is not folded). */

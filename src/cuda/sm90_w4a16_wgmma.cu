@@ -7,8 +7,8 @@
  * weights are the wgmma A operand, dequantized into registers (wgmma takes A from registers;
  * B must be in shared memory): each pair of the packed codes (src/gpu_pack.h) becomes a
  * bf16x2 of the values times 2^-126 (e2m1_pair: a shift or rotate and a mask), times the
- * packed block scale as bf16 times 2^119 (fp4_scale_dup: a byte permute and a multiply-add
- * per block): w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant bits,
+ * packed block scale as bf16 times 2^119 (fp4_scale_eo: the four scales of a row's word in
+ * 5 instructions, each half broadcast folded into the multiply): w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant bits,
  * and the product is normal); 2^7 and the fp32 global scale go on the accumulator. The
  * token rows are gathered per row index with cp.async into shared memory as the K-major B
  * operand in the 128-byte-swizzled layout of the wgmma descriptor (16-byte chunk j of row r
@@ -164,14 +164,23 @@ static __device__ __forceinline__ wg_codes wg_load_codes(const unsigned char *w,
 /* A fragments of one K tile from its codes: a[kk][0..3] = rows (rg, rg+8) x k (2t.., 2t+8..)
  * of k16 step kk (the mma.sync A layout, per warp 16 rows). The lane's 8 packed bytes of a
  * row: word kk / 2, nibble pairs 2 (kk & 1) (k 2t, 2t+1) and 2 (kk & 1) + 1 (k 2t+8, 2t+9)
- * (src/gpu_pack.h). Values times 2^-126 (e2m1_pair) by scales times 2^119: w s 2^-7. */
+ * (src/gpu_pack.h). Values times 2^-126 (e2m1_pair) by scales times 2^119: w s 2^-7.
+ * The scales of block kk: fp4_scale_eo once per row (5 instructions for the word's four),
+ * fp4_scale_half folded into the HMUL2 operand. At 16-32 rows per expert the kernels are
+ * bound by the ALU pipe (52-60% busy, tensor pipe 15%, ncu 2026-11-30), where a byte
+ * permute and a multiply-add per block cost 8 more ALU instructions per two K tiles: H200,
+ * layer, against that form, -2.7% at 16 rows per expert, -2.4% at 32, -1.3 to -1.8% at
+ * 64-256 and at I = 3072 (bench/NOTES.md twenty-fifth session). */
 static __device__ __forceinline__ void wg_dequant(const wg_codes &c, uint32_t (&a)[4][4])
 {
+    uint32_t e0, o0, e1, o1;
+    fp4_scale_eo<119>(c.s0, e0, o0);
+    fp4_scale_eo<119>(c.s1, e1, o1);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
         const uint32_t w0 = kk < 2 ? c.q0.x : c.q0.y, w1 = kk < 2 ? c.q1.x : c.q1.y;
-        const uint32_t s0 = fp4_scale_dup<119>(c.s0, kk);
-        const uint32_t s1 = fp4_scale_dup<119>(c.s1, kk);
+        const uint32_t s0 = fp4_scale_half(kk & 1 ? o0 : e0, kk >> 1);
+        const uint32_t s1 = fp4_scale_half(kk & 1 ? o1 : e1, kk >> 1);
         const int i0 = 2 * (kk & 1);
         a[kk][0] = bf16x2_mul(e2m1_pair(w0, i0), s0);
         a[kk][1] = bf16x2_mul(e2m1_pair(w1, i0), s1);
