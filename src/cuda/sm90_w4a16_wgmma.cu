@@ -7,12 +7,12 @@
  * weights are the wgmma A operand, dequantized into registers (wgmma takes A from registers;
  * B must be in shared memory): each pair of the packed codes (src/gpu_pack.h) becomes a
  * bf16x2 of the values times 2^-126 (e2m1_pair: a shift or rotate and a mask), times the
- * packed block scale as bf16 times 2^119 (fp4_scale_eo: the four scales of a row's word in
- * 5 instructions, each half broadcast folded into the multiply): w * s * 2^-7, exact in BF16 (e2m1 * e4m3 has at most 5 significant bits,
- * and the product is normal); 2^7 and the fp32 global scale go on the accumulator. The
- * token rows are gathered per row index with cp.async into shared memory as the K-major B
- * operand in the 128-byte-swizzled layout of the wgmma descriptor (16-byte chunk j of row r
- * stored at chunk j ^ (r & 7)).
+ * packed block scale as bf16 times 2^119 (fp4_scale_eo: the four scales of a row's word
+ * in 5 instructions, each half broadcast folded into the multiply): w * s * 2^-7, exact in
+ * BF16 (e2m1 * e4m3 has at most 5 significant bits, and the product is normal); 2^7 and
+ * the fp32 global scale go on the accumulator. The token rows are gathered per row index
+ * with cp.async into shared memory as the K-major B operand in the 128-byte-swizzled layout
+ * of the wgmma descriptor (16-byte chunk j of row r stored at chunk j ^ (r & 7)).
  * CTA: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x up to 128 tokens (two
  * consecutive 64-row slots of the same expert: m64n128k16, or m64n96k16 / m64n80k16 when the
  * second slot holds at most 32 / 16 tokens; a slot alone: m64n64k16, or n48 / n32 / n24 /
@@ -169,8 +169,8 @@ static __device__ __forceinline__ wg_codes wg_load_codes(const unsigned char *w,
  * fp4_scale_half folded into the HMUL2 operand. At 16-32 rows per expert the kernels are
  * bound by the ALU pipe (52-60% busy, tensor pipe 15%, ncu 2026-11-30), where a byte
  * permute and a multiply-add per block cost 8 more ALU instructions per two K tiles: H200,
- * layer, against that form, -2.7% at 16 rows per expert, -2.4% at 32, -1.3 to -1.8% at
- * 64-256 and at I = 3072 (bench/NOTES.md twenty-fifth session). */
+ * layer, against that form (two calls): -2.6 / -2.7% at 16 rows per expert, -1.8 / -2.4% at
+ * 32, -1.3 to -2.1% at 64-256, -1.3% at I = 3072 (bench/NOTES.md twenty-fifth session). */
 static __device__ __forceinline__ void wg_dequant(const wg_codes &c, uint32_t (&a)[4][4])
 {
     uint32_t e0, o0, e1, o1;
