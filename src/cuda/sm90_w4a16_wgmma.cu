@@ -423,12 +423,13 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     uint32_t o_cur = 0; /* byte offset of step s's stage */
     int c_kt = 0; /* step s's K tile */
     int c_col = ctile0 * WG_BW + 64 * wg + 16 * wq + 2 * g; /* plain: the lane's first column */
-    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish) {
+    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish,
+                    bool tail) {
         const uint32_t o_nxt = o_cur + STAGE == NST * STAGE ? 0u : o_cur + STAGE;
         const int kt = c_kt;
         c_kt = kt + 1 == nk ? 0 : kt + 1;
         wg_codes c1;
-        if (!publish && s + 1 < steps) c1 = codes(o_nxt, c_kt);
+        if (!publish && (!tail || s + 1 < steps)) c1 = codes(o_nxt, c_kt);
         const uint64_t desc = wg_desc(sbase + o_cur);
         wgmma_fence();
 #pragma unroll
@@ -449,22 +450,37 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             cp_async_wait<PRE - PUB>();
             fence_proxy_async();
             __syncthreads();
-            if (EARLY && s + 1 < steps) c1 = codes(o_nxt, c_kt);
+            if (EARLY && (!tail || s + 1 < steps)) c1 = codes(o_nxt, c_kt);
 #pragma unroll
             for (int i = 0; i < PUB; i++) {
                 const int ks = s + NST - PUB + i; /* into the stage of s - PUB + i */
                 const int o = (int)o_cur - (PUB - i) * STAGE;
-                if (ks < steps) load_stage(o < 0 ? o + NST * STAGE : o);
+                if (!tail || ks < steps) load_stage(o < 0 ? o + NST * STAGE : o);
                 cp_async_commit();
             }
         }
-        if (!EARLY && publish && s + 1 < steps) c1 = codes(o_nxt, c_kt);
-        if (s + 1 < steps) wg_dequant(c1, nxt);
+        if (!EARLY && publish && (!tail || s + 1 < steps)) c1 = codes(o_nxt, c_kt);
+        if (!tail || s + 1 < steps) wg_dequant(c1, nxt);
         o_cur = o_nxt;
     };
-    for (int s = 0; s < steps; s += 2) {
-        step(s, abuf0, abuf1, true);
-        if (s + 1 < steps) step(s + 1, abuf1, abuf0, PUB == 1);
+    /* The steps run in pairs. With tail false (a constant after inlining) neither step of a
+     * pair is past the last (s + 1 < steps) nor copies past it (ks <= s + NST < steps): those
+     * tests and their branches go from the main loop, and the last NST or so steps run with
+     * them. PEEL: the bodies up to 64 tokens, whose loops lose 10-15% of their instructions
+     * (16 tokens: 267 -> 240 per pair). The strips' loop called a function once its copy was
+     * there (C7510: every wgmma of the kernel serialized); peeling the 128-token bodies too
+     * added spills to every kernel and serialized the BIG kernel's wgmmas (C7512). */
+    constexpr bool PEEL = NT <= 64 && !STRIP;
+    int s = 0;
+    if constexpr (PEEL) {
+        for (; s + NST < steps; s += 2) {
+            step(s, abuf0, abuf1, true, false);
+            step(s + 1, abuf1, abuf0, PUB == 1, false);
+        }
+    }
+    for (; s < steps; s += 2) {
+        step(s, abuf0, abuf1, true, true);
+        if (s + 1 < steps) step(s + 1, abuf1, abuf0, PUB == 1, true);
     }
     wgmma_wait<0>();
     cp_async_wait<0>();
@@ -648,7 +664,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     int c_kt = 0; /* this step's K tile */
     int c_col = ctile0 * WG_BW + 64 * wg + 16 * wq + 2 * g; /* the lane's first column */
     uint32_t o_cur = 0; /* the stage of step s (its codes were read at step s - 1) */
-    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
+    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool tail) {
         const int kt = c_kt;
         c_kt = kt + 1 == nk ? 0 : kt + 1;
         const uint64_t desc = wg_desc(sbase + kt * BB);
@@ -676,16 +692,27 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
          * spilled the copy state there (6 local loads and 2 stores per step). */
         const uint32_t o_nxt = next_stage(o_cur);
         wg_codes c1;
-        if (!TIGHT && s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
-        if (s + NST < steps) load_next(o_cur);
+        if (!TIGHT && (!tail || s + 1 < steps)) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
+        if (!tail || s + NST < steps) load_next(o_cur);
         cp_async_commit();
-        if (TIGHT && s + 1 < steps) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
+        if (TIGHT && (!tail || s + 1 < steps)) c1 = wg_load_codes(sm + BRES + o_nxt, rg, t);
         o_cur = o_nxt;
-        if (s + 1 < steps) wg_dequant(c1, nxt);
+        if (!tail || s + 1 < steps) wg_dequant(c1, nxt);
     };
-    for (int s = 0; s < steps; s += 2) {
-        step(s, abuf0, abuf1);
-        if (s + 1 < steps) step(s + 1, abuf1, abuf0);
+    /* As in wg_tile: the pairs of steps that need no test (s + 1 + NST < steps: both copy),
+     * then the rest with the tests. Up to 64 tokens (16 tokens: 390 -> 374 instructions per
+     * pair); the 128-token body (the BIG kernel) keeps one loop (wg_tile's note). */
+    constexpr bool PEEL = NT <= 64;
+    int s = 0;
+    if constexpr (PEEL) {
+        for (; s + 1 + NST < steps; s += 2) {
+            step(s, abuf0, abuf1, false);
+            step(s + 1, abuf1, abuf0, false);
+        }
+    }
+    for (; s < steps; s += 2) {
+        step(s, abuf0, abuf1, true);
+        if (s + 1 < steps) step(s + 1, abuf1, abuf0, true);
     }
     wgmma_wait<0>(); /* retired at the last step already; ptxas cannot tell */
     cp_async_wait<0>();
