@@ -18,9 +18,19 @@
 # trace of the forward graph's nodes, when nsys is there, and ncu durations of every fp4_
 # kernel at the boost clock), humming (the peer at the sweep sizes). Logs under $OUT/r, packed as $OUT/all.tgz.
 set -uo pipefail
+if [ $# -ne 1 ]; then # "gpumoe sanitize" would run gpumoe alone
+  echo "device_call.sh: STEPS is one comma-separated argument (got $# arguments: $*)" >&2
+  exit 2
+fi
 R="$OUT/r"; mkdir -p "$R"
 export PYTHONPATH=.peer/pylibs PEER_DIR=.peer
 IFS=, read -ra steps <<< "$1"
+for st in "${steps[@]}"; do # every step known before the first runs
+  case "$st" in
+  tests|suite|scenario|gpumoe|sanitize|humming|test:?*|ab:?*|prof:?*|stalls:?*|sass:?*|timeline:?*) ;;
+  *) echo "device_call.sh: unknown step '$st' (the steps: this script's header)" >&2; exit 2 ;;
+  esac
+done
 for st in "${steps[@]}"; do
   echo "== $st $(date +%T)"
   case "$st" in
