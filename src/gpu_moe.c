@@ -2,7 +2,9 @@
  * gpu_moe.c - host side of the GPU W4A16 MoE pipeline (gpu_moe.h): load-time conversion of
  * one layer's weights to the kernels' layout, workspace layout, and the forward pass as one
  * stream of launches (route -> group -> FC1 -> FC2 -> shared FC1/FC2 -> combine) with no
- * host synchronisation and grids fixed by M, so it can be captured in a CUDA graph.
+ * host synchronisation and grids fixed by M, so it can be captured in a CUDA graph. On SM90
+ * every kernel of it is a programmatic dependent launch (src/cuda/device_util.cuh), so a
+ * kernel's blocks launch while the one before finishes and wait for it on the device.
  * Device layout (FP4_GPU_K_MMA, see src/cuda/w4a16_mma_gemm.cuh):
  *   routed W13 [E][2I][H/2] packed e2m1, gate rows then up rows, and S13 [E][2I][H/16] block
  *   scales, both packed by fp4_gpu_pack_nvfp4 (gpu_pack.h: codes in the mma fragment nibble

@@ -18,6 +18,7 @@
  * From ROUTE_WG_MIN_M tokens on, on sm_90a with H % 64 == 0, the logits come from the wgmma
  * kernel of route_logits_sm90.cu instead (128 experts x 256 tokens a block, one block per SM:
  * the planes read once per 256 tokens), with the same partials and the same top-k kernel.
+ * Every launch is a programmatic dependent of the kernel before it (device_util.cuh).
  * Limits: E <= 256, H <= 16384 and H % 32 == 0; the 64-expert tile wastes work for E < 64.
  */
 #include "moe_route.cuh"
@@ -90,6 +91,8 @@ fp4_route_logits_kernel(const uint16_t *__restrict__ x, const uint16_t *__restri
     const int nk = h / ROUTE_KC;
     const int c0 = (int)((long long)nk * q / split), c1 = (int)((long long)nk * (q + 1) / split);
     const size_t plane = (size_t)n_experts * h;
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
 
     /* copy roles: 16-byte chunk tid + 128 j of a stage is shared row r = tid / 4 + 32 j
      * (x rows 0..63, then planes 0..2 x 64 experts), bytes 16 (tid % 4) of its 64 */
@@ -203,7 +206,9 @@ fp4_route_topk_kernel(const float *__restrict__ part, const float *__restrict__ 
     if (t >= m) return;
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;
     float bv[J];
-    route_bias_lane(bv, bias, n_experts);
+    route_bias_lane(bv, bias, n_experts); /* a constant of the layer: before the wait */
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     const size_t stride = (size_t)m * n_experts;
     float pv[J];
 #pragma unroll
@@ -249,15 +254,18 @@ extern "C" cudaError_t fp4_moe_route(const uint16_t *x, const uint16_t *planes, 
         s = route_split(route_tiles(m, n_experts, ROUTE_TM, ROUTE_TE), ROUTE_TARGET_BLOCKS);
         dim3 grid((unsigned)((n_experts + ROUTE_TE - 1) / ROUTE_TE),
                   (unsigned)((m + ROUTE_TM - 1) / ROUTE_TM), (unsigned)s);
-        fp4_route_logits_kernel<<<grid, ROUTE_THREADS, ROUTE_SMEM, stream>>>(x, planes, m, h,
-                                                                             n_experts, s, part);
-        err = cudaGetLastError();
+        cudaLaunchAttribute at[1];
+        cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(ROUTE_THREADS), ROUTE_SMEM, stream, at);
+        err = cudaLaunchKernelEx(&cfg, fp4_route_logits_kernel, x, planes, m, h, n_experts, s,
+                                 part);
     }
     if (err != cudaSuccess) return err;
     const unsigned tb = (unsigned)((m + ROUTE_TOPK_WARPS - 1) / ROUTE_TOPK_WARPS);
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t cfg = fp4_pdl_config(dim3(tb), dim3(ROUTE_TOPK_WARPS * 32), 0, stream, at);
 #define ROUTE_TOPK(S)                                                                      \
-    fp4_route_topk_kernel<S><<<tb, ROUTE_TOPK_WARPS * 32, 0, stream>>>(                    \
-        part, bias, m, n_experts, k, scoring, norm_topk, scaling, ids, w)
+    err = cudaLaunchKernelEx(&cfg, fp4_route_topk_kernel<S>, (const float *)part, bias, m,  \
+                             n_experts, k, scoring, norm_topk, scaling, ids, w)
     switch (s) {
     case 1: ROUTE_TOPK(1); break;
     case 2: ROUTE_TOPK(2); break;
@@ -267,5 +275,5 @@ extern "C" cudaError_t fp4_moe_route(const uint16_t *x, const uint16_t *planes, 
     default: ROUTE_TOPK(32); break;
     }
 #undef ROUTE_TOPK
-    return cudaGetLastError();
+    return err;
 }

@@ -67,6 +67,8 @@ fp4_route_logits_sm90_kernel(const uint16_t *__restrict__ x, const uint16_t *__r
     const int nk = h / RW_BK;
     const int c0 = (int)((long long)nk * q / split), c1 = (int)((long long)nk * (q + 1) / split);
     const uint32_t sbase = (smem_u32(rw_smem) + 1023u) & ~1023u;
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
 
     /* copy roles: chunk j = tid % 8 of shared rows r = tid / 8 + 32 i (token rows for i < 8,
      * then plane p = (i - 8) / 4, expert row tid / 8 + 32 ((i - 8) % 4)); the swizzle term
@@ -161,7 +163,8 @@ extern "C" cudaError_t fp4_route_logits_sm90(const uint16_t *x, const uint16_t *
     if (ty > 65535 || split > 65535) return cudaErrorInvalidValue;
     dim3 grid((unsigned)((n_experts + FP4_RW_EXPERTS - 1) / FP4_RW_EXPERTS), (unsigned)ty,
               (unsigned)split);
-    fp4_route_logits_sm90_kernel<<<grid, RW_THREADS, RW_SMEM, stream>>>(x, planes, m, h,
-                                                                        n_experts, split, part);
-    return cudaGetLastError();
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(RW_THREADS), RW_SMEM, stream, at);
+    return cudaLaunchKernelEx(&cfg, fp4_route_logits_sm90_kernel, x, planes, m, h, n_experts,
+                              split, part);
 }

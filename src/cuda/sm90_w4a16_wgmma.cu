@@ -37,6 +37,8 @@
  * end), stored straight from the accumulators (wg_store_cols, shared with wg_res). With
  * k <= WG_RES_K the token tile stays resident instead (wg_res) up to WG_RES_ROWS rows per
  * expert, and above WG_STRIP_ROWS (a pair of 128 tokens, 96 KB, in 114 KB CTAs).
+ * Every launch is a programmatic dependent of the kernel before it (device_util.cuh): a CTA
+ * waits for it before its first read of the tables, then lets the next kernel launch.
  * Limits: NVFP4 weights only; k % 64 == 0, n % 64 == 0 (plain: a last half tile of 64
  * columns is masked); a and out 16-byte aligned.
  * Built for sm_90a; in other targets the kernel body traps and the launcher refuses (init).
@@ -801,6 +803,8 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
     const wg_cta cta = wg_cta_of(smem_raw, ny, cols);
     unsigned char *sm = cta.sm;
     const int unit = cta.unit, ctile = cta.ctile, nct = cta.nct;
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     wg_unit(
         p, unit,
         [&](int e, int s, int nt) {
@@ -845,6 +849,8 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, i
     const wg_cta cta = wg_cta_of(smem_raw, ny, cols);
     unsigned char *sm = cta.sm;
     const int unit = cta.unit, ctile = cta.ctile, nct = cta.nct;
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     wg_unit(
         p, unit,
         [&](int e, int s, int) {
@@ -958,5 +964,7 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
                            : (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>;
     int nyi = (int)ny;
     void *args[3] = {(void *)p, &nyi, &cols};
-    return cudaLaunchKernel(kern, grid, dim3(WG_THREADS), args, smem, stream);
+    cudaLaunchAttribute at[1];
+    const cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(WG_THREADS), smem, stream, at);
+    return cudaLaunchKernelExC(&cfg, kern, args);
 }

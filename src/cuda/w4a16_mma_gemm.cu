@@ -14,6 +14,7 @@
  * multiplies by the global scale and the pair's routing weight and writes fp32 rows.
  * 3-stage cp.async pipeline, 16-byte copies (4-byte for scales), zero fill for padding.
  * Grid: (tile slots, column tiles); slots of no expert exit at once (fixed grid from M).
+ * Launched as a programmatic dependent of the kernel before it (device_util.cuh).
  * Limits: K % 64 == 0; gated n % 64 == 0; plain n % 64 == 0 (partial 128 tiles masked).
  */
 #include <cuda_bf16.h>
@@ -251,11 +252,15 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
 
 __global__ void __launch_bounds__(THREADS) fp4_w4a16_mma_kernel(const fp4_mma_gemm_args p)
 {
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     mma_gemm_tile(p, FP4_MMA_W_NVFP4);
 }
 
 __global__ void __launch_bounds__(THREADS) fp4_w16a16_mma_kernel(const fp4_mma_gemm_args p)
 {
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
     mma_gemm_tile(p, FP4_MMA_W_BF16);
 }
 
@@ -279,9 +284,9 @@ extern "C" cudaError_t fp4_mma_gemm(const fp4_mma_gemm_args *p, cudaStream_t str
     unsigned ny = p->gated ? (unsigned)(p->n / 64) : (unsigned)((p->n + BW - 1) / BW);
     if (ny > 65535) return cudaErrorInvalidValue;
     dim3 grid((unsigned)p->n_tiles_m, ny);
-    if (p->wfmt == FP4_MMA_W_NVFP4)
-        fp4_w4a16_mma_kernel<<<grid, THREADS, NST * STAGE_FP4, stream>>>(*p);
-    else
-        fp4_w16a16_mma_kernel<<<grid, THREADS, NST * STAGE_BF16, stream>>>(*p);
-    return cudaGetLastError();
+    const int nv = p->wfmt == FP4_MMA_W_NVFP4;
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t cfg =
+        fp4_pdl_config(grid, dim3(THREADS), nv ? NST * STAGE_FP4 : NST * STAGE_BF16, stream, at);
+    return cudaLaunchKernelEx(&cfg, nv ? fp4_w4a16_mma_kernel : fp4_w16a16_mma_kernel, *p);
 }
