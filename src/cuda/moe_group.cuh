@@ -22,7 +22,7 @@ static inline int fp4_moe_group_slots(int m, int k, int n_experts, int tile_m, i
     return (int)((p + tile_m - 1) / tile_m) + align * n_experts;
 }
 
-/* Device scratch fp4_moe_group needs: one int per (chunk of 2048 pairs, expert). */
+/* Device scratch fp4_moe_group needs: one int per (chunk of 512 pairs, expert). */
 size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts);
 
 /* Group the m*k pairs of ids[m, k] / w[m, k] by expert into a padded row space of
@@ -34,7 +34,8 @@ size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts);
  * row_w = the pair's routing weight (0). Rows inside a segment are in ascending pair index
  * (the same tables on every run; the GEMMs do not depend on the order). n_slots must be
  * fp4_moe_group_slots(m, k, E, tile_m, align); scratch_bytes >= fp4_moe_group_scratch_bytes(m, k,
- * E), dead after the call's kernels. Three launches, grids fixed by m*k. E <= 256. */
+ * E), dead after the call's kernels. Two programmatic dependent launches, grids fixed by
+ * m*k. E <= 256. */
 cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k, int n_experts,
                           int tile_m, int align, int n_slots, void *scratch, size_t scratch_bytes,
                           int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
