@@ -80,6 +80,8 @@ fp4_group_place_kernel(const int32_t *__restrict__ ids, const float *__restrict_
     const long long p0 = (long long)b * GROUP_PB + (long long)warp * (GROUP_PB / GROUP_WARPS);
     fp4_pdl_wait();
     fp4_pdl_trigger();
+    /* this lane's pairs p0 + 32 i + lane: ids (-1 outside [0, E) or past the end) and
+     * weights, loaded before the counts are summed (their latency under that work) */
     int ev[GROUP_PT];
     float wv[GROUP_PT];
 #pragma unroll
