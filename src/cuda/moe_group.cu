@@ -2,14 +2,21 @@
  * moe_group.cu - groups the M*k (token, slot) pairs of the router by expert for the grouped
  * GEMMs: counts, prefix sum of per-expert segments padded to the GEMM's M-tile, tile table,
  * scatter of token / pair / weight into the padded row space.
- * Two launches, grids fixed by m*k (graph capturable, no host sync), integer shared-memory
- * atomics only for counts, so every table is the same on every run:
- *   count: block b counts its chunk of GROUP_PB pairs per expert -> counts[b][E];
- *   place: block b sums counts over the chunks (each expert's total, and the pairs of the
- *          chunks before b), scans the padded segments over the experts, writes its share of
- *          the tile table and of the padding rows, then ranks its pairs per expert in pair
- *          order and writes their rows. (A one-block prefix kernel between the two cost
- *          0.7-1.7% of the layer at 128-2048 tokens top-8, H200, 2026-11-30.)
+ * Two launches up to GROUP_PLACE_MAX_BLOCKS blocks, else three; grids fixed by m*k (graph
+ * capturable, no host sync), integer shared-memory atomics only for counts, so every table is
+ * the same on every run and on either path:
+ *   count:   block b counts its chunk of GROUP_PB pairs per expert -> counts[b][E];
+ *   place:   block b sums counts over the chunks (each expert's total, and the pairs of the
+ *            chunks before b), scans the padded segments over the experts, writes its share
+ *            of the tile table and of the padding rows, then ranks its pairs per expert in
+ *            pair order and writes their rows. Against the prefix + scatter below: -0.7 to
+ *            -1.7% of the layer at 128-2048 tokens top-8 (H200, 2026-11-30); but each block
+ *            reads all nb x E counts, a cost that grows as nb^2, hence the bound;
+ *   above it, prefix: one block scans counts over b per expert (in place: counts[b][e]
+ *            becomes the first row of chunk b's pairs of expert e), the padded segments over
+ *            e (a multiple of align slots each), writes the tile table and the padding rows;
+ *   and scatter: block b ranks its pairs per expert in pair order (per-warp counts, a prefix
+ *            over the 8 warps, then __match_any_sync per 32 pairs) and writes its rows.
  * Inside an expert's segment rows are in ascending pair index p = t*k + slot.
  * Every kernel is a programmatic dependent launch (device_util.cuh): it waits for the kernel
  * before it, then lets the next one launch.
@@ -20,11 +27,16 @@
 
 #define GROUP_THREADS 256
 #define GROUP_WARPS (GROUP_THREADS / 32)
-#define GROUP_PT 2 /* pairs per thread of the count / place blocks: 512 pairs a block, so
-                      that small M has several blocks and each warp's ranking chain is short.
-                      H200, layer, against 8 (2026-11-30): -1.3 to -2.8% at 64-512 tokens top-8
-                      and top-4 M=512, within +-0.5% from 1024 tokens on */
-#define GROUP_PB (GROUP_THREADS * GROUP_PT) /* pairs per count / place block */
+#define GROUP_PT 2 /* pairs per thread of the count / place / scatter blocks: 512 pairs a
+                      block, so that small M has several blocks and each warp's ranking chain
+                      is short. H200, layer, against 8 (2026-11-30): -1.3 to -2.8% at 64-512
+                      tokens top-8 and top-4 M=512, within +-0.5% from 1024 tokens on */
+#define GROUP_PB (GROUP_THREADS * GROUP_PT) /* pairs per count / place / scatter block */
+#define GROUP_PLACE_MAX_BLOCKS 256 /* place up to this many blocks (131072 pairs: M = 16384 at
+                                      top-8): each of its blocks reads all nb x E counts, so
+                                      above it the one-block prefix + scatter (linear) */
+#define GROUP_PREFIX_THREADS 1024
+#define GROUP_PREFIX_PARTS (GROUP_PREFIX_THREADS / FP4_GROUP_MAX_EXPERTS)
 
 static long long group_blocks(long long n_pairs) { return (n_pairs + GROUP_PB - 1) / GROUP_PB; }
 
@@ -186,6 +198,146 @@ fp4_group_place_kernel(const int32_t *__restrict__ ids, const float *__restrict_
     }
 }
 
+/* One block. Thread (e = tid % 256, r = tid / 256) scans the chunk range of part r. */
+__global__ void __launch_bounds__(GROUP_PREFIX_THREADS)
+fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_experts, int tile_m,
+                        int align, int n_slots, int32_t *__restrict__ tile_expert,
+                        int32_t *__restrict__ row_src, int32_t *__restrict__ row_dst,
+                        float *__restrict__ row_w)
+{
+    __shared__ int part[GROUP_PREFIX_PARTS][FP4_GROUP_MAX_EXPERTS];
+    __shared__ int tot[FP4_GROUP_MAX_EXPERTS];
+    __shared__ int tstart[FP4_GROUP_MAX_EXPERTS + 1];
+    const int tid = threadIdx.x, e = tid % FP4_GROUP_MAX_EXPERTS, r = tid / FP4_GROUP_MAX_EXPERTS;
+    const int b0 = (int)((long long)n_blocks * r / GROUP_PREFIX_PARTS);
+    const int b1 = (int)((long long)n_blocks * (r + 1) / GROUP_PREFIX_PARTS);
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
+
+    if (e < n_experts) {
+        int s = 0;
+        for (int b = b0; b < b1; b++) s += counts[(size_t)b * n_experts + e];
+        part[r][e] = s;
+    }
+    __syncthreads();
+    if (tid < 32) { /* exclusive scan of tiles over experts: lane owns 8 consecutive ids */
+        const int lane = tid, per = FP4_GROUP_MAX_EXPERTS / 32;
+        int nt[FP4_GROUP_MAX_EXPERTS / 32], run = 0;
+#pragma unroll
+        for (int i = 0; i < per; i++) {
+            const int ee = lane * per + i;
+            int c = 0;
+            if (ee < n_experts)
+                for (int rr = 0; rr < GROUP_PREFIX_PARTS; rr++) c += part[rr][ee];
+            if (ee < n_experts) tot[ee] = c;
+            nt[i] = (c + align * tile_m - 1) / (align * tile_m) * align;
+            run += nt[i];
+        }
+        int incl = run;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += v;
+        }
+        int start = incl - run;
+#pragma unroll
+        for (int i = 0; i < per; i++) {
+            const int ee = lane * per + i;
+            if (ee < n_experts) tstart[ee] = start;
+            start += nt[i];
+        }
+        if (lane == 31) tstart[n_experts] = incl;
+    }
+    __syncthreads();
+    if (e < n_experts) { /* counts -> first row of each chunk's pairs of expert e */
+        int base = tstart[e] * tile_m;
+        for (int rr = 0; rr < r; rr++) base += part[rr][e];
+        for (int b = b0; b < b1; b++) {
+            const size_t i = (size_t)b * n_experts + e;
+            const int c = counts[i];
+            counts[i] = base;
+            base += c;
+        }
+    }
+    const int used = tstart[n_experts];
+    for (int s = tid; s < n_slots; s += GROUP_PREFIX_THREADS)
+        tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
+    /* padding: each segment's tail (< align * tile_m rows), then every row past the last used
+     * slot */
+    const int seg_pad = align * tile_m;
+    for (int i = tid; i < n_experts * seg_pad; i += GROUP_PREFIX_THREADS) {
+        const int ex = i / seg_pad, o = tot[ex] + i % seg_pad;
+        if (o < (tstart[ex + 1] - tstart[ex]) * tile_m) {
+            const long long row = (long long)tstart[ex] * tile_m + o;
+            row_src[row] = -1;
+            row_dst[row] = -1;
+            row_w[row] = 0.f;
+        }
+    }
+    for (long long row = (long long)used * tile_m + tid; row < (long long)n_slots * tile_m;
+         row += GROUP_PREFIX_THREADS) {
+        row_src[row] = -1;
+        row_dst[row] = -1;
+        row_w[row] = 0.f;
+    }
+}
+
+__global__ void __launch_bounds__(GROUP_THREADS)
+fp4_group_scatter_kernel(const int32_t *__restrict__ ids, const float *__restrict__ w,
+                         long long n_pairs, int k, int n_experts,
+                         const int32_t *__restrict__ offsets, int32_t *__restrict__ row_src,
+                         int32_t *__restrict__ row_dst, float *__restrict__ row_w)
+{
+    __shared__ int wcnt[GROUP_WARPS][FP4_GROUP_MAX_EXPERTS]; /* counts, then next row */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long p0 = (long long)blockIdx.x * GROUP_PB + (long long)warp * (GROUP_PB / GROUP_WARPS);
+    fp4_pdl_wait();
+    fp4_pdl_trigger();
+    /* this lane's pairs p0 + 32 i + lane: ids (-1 outside [0, E) or past the end) and
+     * weights, all loaded before the first use (one latency, not one per step) */
+    int ev[GROUP_PT];
+    float wv[GROUP_PT];
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++) {
+        const long long p = p0 + 32 * i + lane;
+        const int e = p < n_pairs ? ids[p] : -1;
+        ev[i] = e >= 0 && e < n_experts ? e : -1;
+        wv[i] = p < n_pairs ? w[p] : 0.f;
+    }
+    for (int i = tid; i < GROUP_WARPS * FP4_GROUP_MAX_EXPERTS; i += GROUP_THREADS)
+        (&wcnt[0][0])[i] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++)
+        if (ev[i] >= 0) atomicAdd(&wcnt[warp][ev[i]], 1);
+    __syncthreads();
+    for (int e = tid; e < n_experts; e += GROUP_THREADS) {
+        int base = offsets[(size_t)blockIdx.x * n_experts + e];
+        for (int wi = 0; wi < GROUP_WARPS; wi++) {
+            const int c = wcnt[wi][e];
+            wcnt[wi][e] = base;
+            base += c;
+        }
+    }
+    __syncthreads();
+    const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++) {
+        const long long p = p0 + 32 * i + lane;
+        const int e = ev[i];
+        const bool ok = e >= 0;
+        const unsigned same = __match_any_sync(0xffffffffu, e);
+        if (ok) {
+            const int pos = wcnt[warp][e] + __popc(same & lt);
+            row_src[pos] = (int32_t)(p / k);
+            row_dst[pos] = (int32_t)p;
+            row_w[pos] = wv[i];
+        }
+        __syncwarp();
+        if (ok && (same & lt) == 0) wcnt[warp][e] += __popc(same);
+        __syncwarp();
+    }
+}
+
 extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k,
                                      int n_experts, int tile_m, int align, int n_slots, void *scratch,
                                      size_t scratch_bytes, int32_t *tile_expert,
@@ -207,8 +359,17 @@ extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, 
     cudaError_t err = cudaLaunchKernelEx(&cfg, fp4_group_count_kernel, ids, n_pairs, n_experts,
                                          counts);
     if (err != cudaSuccess) return err;
+    if (nb <= GROUP_PLACE_MAX_BLOCKS) {
+        cfg = fp4_pdl_config(dim3((unsigned)nb), dim3(GROUP_THREADS), 0, stream, at);
+        return cudaLaunchKernelEx(&cfg, fp4_group_place_kernel, ids, w, n_pairs, k, n_experts,
+                                  tile_m, align, n_slots, (const int32_t *)counts, nb,
+                                  tile_expert, row_src, row_dst, row_w);
+    }
+    cfg = fp4_pdl_config(dim3(1), dim3(GROUP_PREFIX_THREADS), 0, stream, at);
+    err = cudaLaunchKernelEx(&cfg, fp4_group_prefix_kernel, counts, nb, n_experts, tile_m, align,
+                             n_slots, tile_expert, row_src, row_dst, row_w);
+    if (err != cudaSuccess) return err;
     cfg = fp4_pdl_config(dim3((unsigned)nb), dim3(GROUP_THREADS), 0, stream, at);
-    return cudaLaunchKernelEx(&cfg, fp4_group_place_kernel, ids, w, n_pairs, k, n_experts, tile_m,
-                              align, n_slots, (const int32_t *)counts, nb, tile_expert, row_src,
-                              row_dst, row_w);
+    return cudaLaunchKernelEx(&cfg, fp4_group_scatter_kernel, ids, w, n_pairs, k, n_experts,
+                              (const int32_t *)counts, row_src, row_dst, row_w);
 }

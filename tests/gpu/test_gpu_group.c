@@ -5,12 +5,15 @@
  * ascending pair index (source token, pair index, the pair's weight bit for bit), then -1 /
  * -1 / 0 padding to the segment's end and past the last used slot; tile_expert the segment's
  * expert or -1. Every output is poisoned with non-NaN values first, so an unwritten entry
- * cannot pass. Cases from one pair to 131072 pairs (one block of the count and scatter
- * kernels to many), uneven loads (half the pairs on one expert), experts with no pair, ids outside [0, E)
- * (skipped), top-k = E, 100 and 256 experts, align 1 and 2, tile_m 64 and 16. The ids are
- * written by a kernel that lets its dependents launch at once and writes 20 us later
- * (test_gpu_group_dev.cu), so a grouping kernel that read them before its programmatic-
- * launch wait would group the poison instead.
+ * cannot pass. Cases from one pair to 160000 pairs (one block of the count and place kernels
+ * to 256; above that the prefix and scatter kernels), uneven loads (half the pairs on one
+ * expert), experts with no pair, ids outside [0, E) (skipped), top-k = E, 100 and 256
+ * experts, align 1 and 2, tile_m 64 and 16. The ids are written by a kernel that lets its
+ * dependents launch at once and writes 20 us later (test_gpu_group_dev.cu), so a count kernel
+ * that read them before its programmatic-launch wait would count the poison; and the counts'
+ * scratch is poisoned, so a place or prefix kernel that read it before its wait (the count
+ * kernel lets it launch at its start, while the counts are being written) would likely read
+ * poison.
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  */
 #include <stdint.h>
@@ -109,6 +112,7 @@ static void run_case(const group_case *c, cudaStream_t st, uint64_t *rng)
     CK(cudaMemset(d_te, 0x5a, n_slots * 4));
     CK(cudaMemset(d_src, 0x5a, n_rows * 4));
     CK(cudaMemset(d_dst, 0x5a, n_rows * 4));
+    CK(cudaMemset(scratch, 0x5a, sb));
     CK(cudaDeviceSynchronize());
 
     CK(group_test_late_copy(d_ids_src, d_w_src, d_ids, d_w, np, 20000, st));
@@ -172,6 +176,7 @@ int main(void)
         {"32776 pairs, invalid ids", 4097, 8, 128, 64, 2, 0, 1},
         {"80000 pairs, 256 experts, align 1", 2000, 40, 256, 64, 1, 1, 0},
         {"131072 pairs top-8", 16384, 8, 128, 64, 2, 0, 0},
+        {"160000 pairs, skewed, invalid ids", 20000, 8, 128, 64, 2, 1, 1},
     };
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
