@@ -46,6 +46,124 @@ extern "C" size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts)
     return (size_t)group_blocks((long long)m * k) * (size_t)n_experts * sizeof(int32_t);
 }
 
+/* This lane's pairs p0 + 32 i + lane of a count / place / scatter block: ids (-1 outside
+ * [0, E) or past the end) and weights, all loaded before the first use (one latency). */
+static __device__ __forceinline__ void group_load_pairs(const int32_t *__restrict__ ids,
+                                                        const float *__restrict__ w,
+                                                        long long n_pairs, int n_experts,
+                                                        long long p0, int lane, int (&ev)[GROUP_PT],
+                                                        float (&wv)[GROUP_PT])
+{
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++) {
+        const long long p = p0 + 32 * i + lane;
+        const int e = p < n_pairs ? ids[p] : -1;
+        ev[i] = e >= 0 && e < n_experts ? e : -1;
+        wv[i] = p < n_pairs ? w[p] : 0.f;
+    }
+}
+
+/* Exclusive scan of the padded segments over the experts, by one warp (lane owns 8
+ * consecutive ids): tstart[e] = first slot of expert e (ceil(count / (align tile_m)) * align
+ * slots each, count(e) its pairs), tstart[E] = the slots in use. */
+template <class Count>
+static __device__ __forceinline__ void group_scan_slots(int lane, int n_experts, int tile_m,
+                                                        int align, Count count, int *tstart)
+{
+    const int per = FP4_GROUP_MAX_EXPERTS / 32;
+    int nt[FP4_GROUP_MAX_EXPERTS / 32], run = 0;
+#pragma unroll
+    for (int i = 0; i < per; i++) {
+        const int ee = lane * per + i;
+        const int c = ee < n_experts ? count(ee) : 0;
+        nt[i] = (c + align * tile_m - 1) / (align * tile_m) * align;
+        run += nt[i];
+    }
+    int incl = run;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+    }
+    int start = incl - run;
+#pragma unroll
+    for (int i = 0; i < per; i++) {
+        const int ee = lane * per + i;
+        if (ee < n_experts) tstart[ee] = start;
+        start += nt[i];
+    }
+    if (lane == 31) tstart[n_experts] = incl;
+}
+
+/* The tile table and the padding rows, entries t0, t0 + stride, ...: the slots, each
+ * segment's tail (< align * tile_m rows past its tot[e] pairs), every row past the last used
+ * slot. */
+static __device__ __forceinline__ void group_tables(int t0, int stride, int n_experts, int tile_m,
+                                                    int align, int n_slots, const int *tot,
+                                                    const int *tstart, int32_t *tile_expert,
+                                                    int32_t *row_src, int32_t *row_dst,
+                                                    float *row_w)
+{
+    const int used = tstart[n_experts];
+    for (int s = t0; s < n_slots; s += stride)
+        tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
+    const int seg_pad = align * tile_m;
+    for (int i = t0; i < n_experts * seg_pad; i += stride) {
+        const int ex = i / seg_pad, o = tot[ex] + i % seg_pad;
+        if (o < (tstart[ex + 1] - tstart[ex]) * tile_m) {
+            const long long row = (long long)tstart[ex] * tile_m + o;
+            row_src[row] = -1;
+            row_dst[row] = -1;
+            row_w[row] = 0.f;
+        }
+    }
+    for (long long row = (long long)used * tile_m + t0; row < (long long)n_slots * tile_m;
+         row += stride) {
+        row_src[row] = -1;
+        row_dst[row] = -1;
+        row_w[row] = 0.f;
+    }
+}
+
+/* Expert e's row bases per warp: wcnt[w][e] holds warp w's count of expert e and becomes the
+ * row of its first such pair, from base (the block's first row of expert e). */
+static __device__ __forceinline__ void group_warp_bases(int e, int base,
+                                                        int (*wcnt)[FP4_GROUP_MAX_EXPERTS])
+{
+    for (int wi = 0; wi < GROUP_WARPS; wi++) {
+        const int c = wcnt[wi][e];
+        wcnt[wi][e] = base;
+        base += c;
+    }
+}
+
+/* Each warp ranks its pairs per expert in pair order (__match_any_sync per 32 pairs; lanes of
+ * one expert in lane order, rounds in order) and writes their rows from wcnt[warp][e]. */
+static __device__ __forceinline__ void group_rank_write(int lane, int warp, long long p0, int k,
+                                                        const int (&ev)[GROUP_PT],
+                                                        const float (&wv)[GROUP_PT],
+                                                        int (*wcnt)[FP4_GROUP_MAX_EXPERTS],
+                                                        int32_t *row_src, int32_t *row_dst,
+                                                        float *row_w)
+{
+    const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+    for (int i = 0; i < GROUP_PT; i++) {
+        const long long p = p0 + 32 * i + lane;
+        const int e = ev[i];
+        const bool ok = e >= 0;
+        const unsigned same = __match_any_sync(0xffffffffu, e);
+        if (ok) {
+            const int pos = wcnt[warp][e] + __popc(same & lt);
+            row_src[pos] = (int32_t)(p / k);
+            row_dst[pos] = (int32_t)p;
+            row_w[pos] = wv[i];
+        }
+        __syncwarp();
+        if (ok && (same & lt) == 0) wcnt[warp][e] += __popc(same);
+        __syncwarp();
+    }
+}
+
 __global__ void __launch_bounds__(GROUP_THREADS)
 fp4_group_count_kernel(const int32_t *__restrict__ ids, long long n_pairs, int n_experts,
                        int32_t *__restrict__ counts)
@@ -92,17 +210,9 @@ fp4_group_place_kernel(const int32_t *__restrict__ ids, const float *__restrict_
     const long long p0 = (long long)b * GROUP_PB + (long long)warp * (GROUP_PB / GROUP_WARPS);
     fp4_pdl_wait();
     fp4_pdl_trigger();
-    /* this lane's pairs p0 + 32 i + lane: ids (-1 outside [0, E) or past the end) and
-     * weights, loaded before the counts are summed (their latency under that work) */
-    int ev[GROUP_PT];
+    int ev[GROUP_PT]; /* loaded before the counts are summed (their latency under that work) */
     float wv[GROUP_PT];
-#pragma unroll
-    for (int i = 0; i < GROUP_PT; i++) {
-        const long long p = p0 + 32 * i + lane;
-        const int e = p < n_pairs ? ids[p] : -1;
-        ev[i] = e >= 0 && e < n_experts ? e : -1;
-        wv[i] = p < n_pairs ? w[p] : 0.f;
-    }
+    group_load_pairs(ids, w, n_pairs, n_experts, p0, lane, ev, wv);
     { /* half r of the threads sums chunks [r nb / 2, (r + 1) nb / 2) */
         const int r = tid >> 7, c0 = r * n_blocks / 2, c1 = (r + 1) * n_blocks / 2;
         for (int e = tid & 127; e < n_experts; e += 128) {
@@ -125,77 +235,16 @@ fp4_group_place_kernel(const int32_t *__restrict__ ids, const float *__restrict_
     for (int i = 0; i < GROUP_PT; i++)
         if (ev[i] >= 0) atomicAdd(&wcnt[warp][ev[i]], 1);
     __syncthreads();
-    if (tid < 32) { /* exclusive scan of tiles over experts: lane owns 8 consecutive ids */
-        const int per = FP4_GROUP_MAX_EXPERTS / 32;
-        int nt[FP4_GROUP_MAX_EXPERTS / 32], run = 0;
-#pragma unroll
-        for (int i = 0; i < per; i++) {
-            const int ee = lane * per + i;
-            const int c = ee < n_experts ? tot[ee] : 0;
-            nt[i] = (c + align * tile_m - 1) / (align * tile_m) * align;
-            run += nt[i];
-        }
-        int incl = run;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int v = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += v;
-        }
-        int start = incl - run;
-#pragma unroll
-        for (int i = 0; i < per; i++) {
-            const int ee = lane * per + i;
-            if (ee < n_experts) tstart[ee] = start;
-            start += nt[i];
-        }
-        if (lane == 31) tstart[n_experts] = incl;
-    }
+    if (tid < 32)
+        group_scan_slots(lane, n_experts, tile_m, align, [&](int e) { return tot[e]; }, tstart);
     __syncthreads();
-    for (int e = tid; e < n_experts; e += GROUP_THREADS) {
-        int base = tstart[e] * tile_m + bpart[0][e] + bpart[1][e];
-        for (int wi = 0; wi < GROUP_WARPS; wi++) {
-            const int c = wcnt[wi][e];
-            wcnt[wi][e] = base;
-            base += c;
-        }
-    }
-    /* this block's share of the tables: slots, segment tails, rows past the last used slot */
-    const int gt = b * GROUP_THREADS + tid, gn = n_blocks * GROUP_THREADS;
-    const int used = tstart[n_experts];
-    for (int s = gt; s < n_slots; s += gn) tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
-    const int seg_pad = align * tile_m;
-    for (int i = gt; i < n_experts * seg_pad; i += gn) {
-        const int ex = i / seg_pad, o = tot[ex] + i % seg_pad;
-        if (o < (tstart[ex + 1] - tstart[ex]) * tile_m) {
-            const long long row = (long long)tstart[ex] * tile_m + o;
-            row_src[row] = -1;
-            row_dst[row] = -1;
-            row_w[row] = 0.f;
-        }
-    }
-    for (long long row = (long long)used * tile_m + gt; row < (long long)n_slots * tile_m;
-         row += gn) {
-        row_src[row] = -1;
-        row_dst[row] = -1;
-        row_w[row] = 0.f;
-    }
+    for (int e = tid; e < n_experts; e += GROUP_THREADS)
+        group_warp_bases(e, tstart[e] * tile_m + bpart[0][e] + bpart[1][e], wcnt);
+    /* this block's share of the tables */
+    group_tables(b * GROUP_THREADS + tid, n_blocks * GROUP_THREADS, n_experts, tile_m, align,
+                 n_slots, tot, tstart, tile_expert, row_src, row_dst, row_w);
     __syncthreads();
-    const unsigned lt = (1u << lane) - 1u;
-#pragma unroll
-    for (int i = 0; i < GROUP_PT; i++) {
-        const long long p = p0 + 32 * i + lane;
-        const int e = ev[i];
-        const bool ok = e >= 0;
-        const unsigned same = __match_any_sync(0xffffffffu, e);
-        if (ok) {
-            const int pos = wcnt[warp][e] + __popc(same & lt);
-            row_src[pos] = (int32_t)(p / k);
-            row_dst[pos] = (int32_t)p;
-            row_w[pos] = wv[i];
-        }
-        __syncwarp();
-        if (ok && (same & lt) == 0) wcnt[warp][e] += __popc(same);
-        __syncwarp();
-    }
+    group_rank_write(lane, warp, p0, k, ev, wv, wcnt, row_src, row_dst, row_w);
 }
 
 /* One block. Thread (e = tid % 256, r = tid / 256) scans the chunk range of part r. */
@@ -220,33 +269,13 @@ fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_expert
         part[r][e] = s;
     }
     __syncthreads();
-    if (tid < 32) { /* exclusive scan of tiles over experts: lane owns 8 consecutive ids */
-        const int lane = tid, per = FP4_GROUP_MAX_EXPERTS / 32;
-        int nt[FP4_GROUP_MAX_EXPERTS / 32], run = 0;
-#pragma unroll
-        for (int i = 0; i < per; i++) {
-            const int ee = lane * per + i;
+    if (tid < 32) /* the totals too, for the padding */
+        group_scan_slots(tid, n_experts, tile_m, align, [&](int ee) {
             int c = 0;
-            if (ee < n_experts)
-                for (int rr = 0; rr < GROUP_PREFIX_PARTS; rr++) c += part[rr][ee];
-            if (ee < n_experts) tot[ee] = c;
-            nt[i] = (c + align * tile_m - 1) / (align * tile_m) * align;
-            run += nt[i];
-        }
-        int incl = run;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int v = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += v;
-        }
-        int start = incl - run;
-#pragma unroll
-        for (int i = 0; i < per; i++) {
-            const int ee = lane * per + i;
-            if (ee < n_experts) tstart[ee] = start;
-            start += nt[i];
-        }
-        if (lane == 31) tstart[n_experts] = incl;
-    }
+            for (int rr = 0; rr < GROUP_PREFIX_PARTS; rr++) c += part[rr][ee];
+            tot[ee] = c;
+            return c;
+        }, tstart);
     __syncthreads();
     if (e < n_experts) { /* counts -> first row of each chunk's pairs of expert e */
         int base = tstart[e] * tile_m;
@@ -258,27 +287,8 @@ fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_expert
             base += c;
         }
     }
-    const int used = tstart[n_experts];
-    for (int s = tid; s < n_slots; s += GROUP_PREFIX_THREADS)
-        tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
-    /* padding: each segment's tail (< align * tile_m rows), then every row past the last used
-     * slot */
-    const int seg_pad = align * tile_m;
-    for (int i = tid; i < n_experts * seg_pad; i += GROUP_PREFIX_THREADS) {
-        const int ex = i / seg_pad, o = tot[ex] + i % seg_pad;
-        if (o < (tstart[ex + 1] - tstart[ex]) * tile_m) {
-            const long long row = (long long)tstart[ex] * tile_m + o;
-            row_src[row] = -1;
-            row_dst[row] = -1;
-            row_w[row] = 0.f;
-        }
-    }
-    for (long long row = (long long)used * tile_m + tid; row < (long long)n_slots * tile_m;
-         row += GROUP_PREFIX_THREADS) {
-        row_src[row] = -1;
-        row_dst[row] = -1;
-        row_w[row] = 0.f;
-    }
+    group_tables(tid, GROUP_PREFIX_THREADS, n_experts, tile_m, align, n_slots, tot, tstart,
+                 tile_expert, row_src, row_dst, row_w);
 }
 
 __global__ void __launch_bounds__(GROUP_THREADS)
@@ -289,20 +299,13 @@ fp4_group_scatter_kernel(const int32_t *__restrict__ ids, const float *__restric
 {
     __shared__ int wcnt[GROUP_WARPS][FP4_GROUP_MAX_EXPERTS]; /* counts, then next row */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const long long p0 = (long long)blockIdx.x * GROUP_PB + (long long)warp * (GROUP_PB / GROUP_WARPS);
+    const long long p0 =
+        (long long)blockIdx.x * GROUP_PB + (long long)warp * (GROUP_PB / GROUP_WARPS);
     fp4_pdl_wait();
     fp4_pdl_trigger();
-    /* this lane's pairs p0 + 32 i + lane: ids (-1 outside [0, E) or past the end) and
-     * weights, all loaded before the first use (one latency, not one per step) */
     int ev[GROUP_PT];
     float wv[GROUP_PT];
-#pragma unroll
-    for (int i = 0; i < GROUP_PT; i++) {
-        const long long p = p0 + 32 * i + lane;
-        const int e = p < n_pairs ? ids[p] : -1;
-        ev[i] = e >= 0 && e < n_experts ? e : -1;
-        wv[i] = p < n_pairs ? w[p] : 0.f;
-    }
+    group_load_pairs(ids, w, n_pairs, n_experts, p0, lane, ev, wv);
     for (int i = tid; i < GROUP_WARPS * FP4_GROUP_MAX_EXPERTS; i += GROUP_THREADS)
         (&wcnt[0][0])[i] = 0;
     __syncthreads();
@@ -310,32 +313,10 @@ fp4_group_scatter_kernel(const int32_t *__restrict__ ids, const float *__restric
     for (int i = 0; i < GROUP_PT; i++)
         if (ev[i] >= 0) atomicAdd(&wcnt[warp][ev[i]], 1);
     __syncthreads();
-    for (int e = tid; e < n_experts; e += GROUP_THREADS) {
-        int base = offsets[(size_t)blockIdx.x * n_experts + e];
-        for (int wi = 0; wi < GROUP_WARPS; wi++) {
-            const int c = wcnt[wi][e];
-            wcnt[wi][e] = base;
-            base += c;
-        }
-    }
+    for (int e = tid; e < n_experts; e += GROUP_THREADS)
+        group_warp_bases(e, offsets[(size_t)blockIdx.x * n_experts + e], wcnt);
     __syncthreads();
-    const unsigned lt = (1u << lane) - 1u;
-#pragma unroll
-    for (int i = 0; i < GROUP_PT; i++) {
-        const long long p = p0 + 32 * i + lane;
-        const int e = ev[i];
-        const bool ok = e >= 0;
-        const unsigned same = __match_any_sync(0xffffffffu, e);
-        if (ok) {
-            const int pos = wcnt[warp][e] + __popc(same & lt);
-            row_src[pos] = (int32_t)(p / k);
-            row_dst[pos] = (int32_t)p;
-            row_w[pos] = wv[i];
-        }
-        __syncwarp();
-        if (ok && (same & lt) == 0) wcnt[warp][e] += __popc(same);
-        __syncwarp();
-    }
+    group_rank_write(lane, warp, p0, k, ev, wv, wcnt, row_src, row_dst, row_w);
 }
 
 extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k,
