@@ -335,22 +335,22 @@ extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, 
     const long long n_pairs = (long long)m * k;
     const int nb = (int)group_blocks(n_pairs);
     int32_t *counts = (int32_t *)scratch;
-    cudaLaunchAttribute at[1];
-    cudaLaunchConfig_t cfg = fp4_pdl_config(dim3((unsigned)nb), dim3(GROUP_THREADS), 0, stream, at);
-    cudaError_t err = cudaLaunchKernelEx(&cfg, fp4_group_count_kernel, ids, n_pairs, n_experts,
+    cudaLaunchAttribute at[1], at1[1];
+    /* count, place and scatter: nb blocks of GROUP_THREADS; prefix: one block */
+    const cudaLaunchConfig_t blk =
+        fp4_pdl_config(dim3((unsigned)nb), dim3(GROUP_THREADS), 0, stream, at);
+    cudaError_t err = cudaLaunchKernelEx(&blk, fp4_group_count_kernel, ids, n_pairs, n_experts,
                                          counts);
     if (err != cudaSuccess) return err;
-    if (nb <= GROUP_PLACE_MAX_BLOCKS) {
-        cfg = fp4_pdl_config(dim3((unsigned)nb), dim3(GROUP_THREADS), 0, stream, at);
-        return cudaLaunchKernelEx(&cfg, fp4_group_place_kernel, ids, w, n_pairs, k, n_experts,
+    if (nb <= GROUP_PLACE_MAX_BLOCKS)
+        return cudaLaunchKernelEx(&blk, fp4_group_place_kernel, ids, w, n_pairs, k, n_experts,
                                   tile_m, align, n_slots, (const int32_t *)counts, nb,
                                   tile_expert, row_src, row_dst, row_w);
-    }
-    cfg = fp4_pdl_config(dim3(1), dim3(GROUP_PREFIX_THREADS), 0, stream, at);
-    err = cudaLaunchKernelEx(&cfg, fp4_group_prefix_kernel, counts, nb, n_experts, tile_m, align,
+    const cudaLaunchConfig_t one =
+        fp4_pdl_config(dim3(1), dim3(GROUP_PREFIX_THREADS), 0, stream, at1);
+    err = cudaLaunchKernelEx(&one, fp4_group_prefix_kernel, counts, nb, n_experts, tile_m, align,
                              n_slots, tile_expert, row_src, row_dst, row_w);
     if (err != cudaSuccess) return err;
-    cfg = fp4_pdl_config(dim3((unsigned)nb), dim3(GROUP_THREADS), 0, stream, at);
-    return cudaLaunchKernelEx(&cfg, fp4_group_scatter_kernel, ids, w, n_pairs, k, n_experts,
+    return cudaLaunchKernelEx(&blk, fp4_group_scatter_kernel, ids, w, n_pairs, k, n_experts,
                               (const int32_t *)counts, row_src, row_dst, row_w);
 }
