@@ -25,7 +25,10 @@
  * barrier per K tile with 4 or 5 stages, one per two K tiles with more (each publishes two
  * stages: half the barriers and proxy fences). Above WG_DEEP_ROWS rows per expert the gated
  * kernel's DEEP form runs its 128-token units through 5 stages (104 KB, the block scales
- * apart, 16 bytes a row per 4 K tiles), so a copy has 3 K tiles to land instead of 2.
+ * apart, 16 bytes a row per 4 K tiles), so a copy has 3 K tiles to land instead of 2; there
+ * an expert's last full pair and a tail of up to 16 rows after it run as one unit of 144
+ * tokens (wg_tail: 4 stages, one buffer of A fragments), so the tail's weights are not
+ * dequantized a second time for its own unit.
  * Registers hold two K tiles of A fragments: while the wgmmas of tile kt run, the warps
  * dequantize tile kt+1 (wgmma.wait_group 1 frees the other buffer and the ring stage).
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
@@ -79,6 +82,9 @@
 #define WG_DEEP_SC 2048                /* their block scales 4 K tiles at a time (16 bytes a
                                           row, past L1) in 2 slots of this many bytes */
 #define WG_RING_DEEP (WG_DEEP_ST * 20480 + 2 * WG_DEEP_SC)
+#define WG_TAIL_ROWS 16                /* DEEP: an expert's last slot with at most this many */
+#define WG_EXT_NT (128 + WG_TAIL_ROWS) /* rows runs with the pair before it (wg_unit), */
+#define WG_EXT_ST 4                    /* through 4 stages of B + W (22 KB: 5 do not fit) */
 #define WG_SMEM_DEEP (WG_RING_DEEP + 1024) /* two CTAs per SM (the largest carveout, so an
                                           L1 of 28 KB: why the scales go past it) */
 #if WG_SMEM_DEEP > WG_SMEM128
@@ -102,6 +108,7 @@ template <int N> struct wg_mma;
 #define WG_D5 "%40,%41,%42,%43,%44,%45,%46,%47"
 #define WG_D6 "%48,%49,%50,%51,%52,%53,%54,%55"
 #define WG_D7 "%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_D8 "%64,%65,%66,%67,%68,%69,%70,%71"
 #define WG_MMA(N, DREGS, AREGS, DESC, PRED, ...)                                              \
     template <> struct wg_mma<N> {                                                            \
         static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, \
@@ -115,6 +122,10 @@ template <int N> struct wg_mma;
                            "r"(acc_in));                                                      \
         }                                                                                     \
     };
+WG_MMA(144, WG_D0 "," WG_D1 "," WG_D2 "," WG_D3 "," WG_D4 "," WG_D5 "," WG_D6 "," WG_D7 "," WG_D8,
+       "%72,%73,%74,%75", "%76", "%77",
+       WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40), WG_F8(48), WG_F8(56),
+       WG_F8(64))
 WG_MMA(128, WG_D0 "," WG_D1 "," WG_D2 "," WG_D3 "," WG_D4 "," WG_D5 "," WG_D6 "," WG_D7,
        "%64,%65,%66,%67", "%68", "%69",
        WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40), WG_F8(48), WG_F8(56))
@@ -141,6 +152,7 @@ WG_MMA(16, WG_D0, "%8,%9,%10,%11", "%12", "%13",
 #undef WG_D5
 #undef WG_D6
 #undef WG_D7
+#undef WG_D8
 #undef WG_F8
 #undef WG_F4
 
@@ -172,7 +184,10 @@ static __device__ __forceinline__ wg_codes wg_load_codes(const unsigned char *w,
  * bound by the ALU pipe (52-60% busy, tensor pipe 15%, ncu 2026-11-30), where a byte
  * permute and a multiply-add per block cost 8 more ALU instructions per two K tiles: H200,
  * layer, against that form (two calls): -2.6 / -2.7% at 16 rows per expert, -1.8 / -2.4% at
- * 32, -1.3 to -2.1% at 64-256, -1.3% at I = 3072 (bench/NOTES.md twenty-fifth session). */
+ * 32, -1.3 to -2.1% at 64-256, -1.3% at I = 3072 (bench/NOTES.md twenty-fifth session).
+ * WAIT: a is the buffer that the last four wgmma groups (one per k16 step) read; each a[kk]
+ * is written once its group has retired. */
+template <bool WAIT = false>
 static __device__ __forceinline__ void wg_dequant(const wg_codes &c, uint32_t (&a)[4][4])
 {
     uint32_t e0, o0, e1, o1;
@@ -184,6 +199,12 @@ static __device__ __forceinline__ void wg_dequant(const wg_codes &c, uint32_t (&
         const uint32_t s0 = fp4_scale_half(kk & 1 ? o0 : e0, kk >> 1);
         const uint32_t s1 = fp4_scale_half(kk & 1 ? o1 : e1, kk >> 1);
         const int i0 = 2 * (kk & 1);
+        if (WAIT) { /* a[kk] is read by the kk-th of the last 4 wgmma groups: retire it */
+            if (kk == 0) wgmma_wait<3>();
+            else if (kk == 1) wgmma_wait<2>();
+            else if (kk == 2) wgmma_wait<1>();
+            else wgmma_wait<0>();
+        }
         a[kk][0] = bf16x2_mul(e2m1_pair(w0, i0), s0);
         a[kk][1] = bf16x2_mul(e2m1_pair(w1, i0), s1);
         a[kk][2] = bf16x2_mul(e2m1_pair(w0, i0 + 1), s0);
@@ -297,12 +318,13 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
      * DC (the DEEP form's 128-token body): B + W, the scales in WG_DEEP_SC slots past the
      * stages, each 4 K tiles of the 128 rows (16 bytes a row, copied with the stage of the
      * first of the 4: a slot is refilled 2 steps after its last codes were read) */
-    constexpr bool DC = DEEP && GATED && NT == 128;
+    constexpr bool DC = DEEP && GATED && NT >= 128; /* 128, or WG_EXT_NT with a tail */
     static_assert(!DEEP || GATED, "DEEP: the gated kernel only");
     constexpr int STAGE =
         DC ? BB + WG_W_BYTES : (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
-    constexpr int NST = DC ? WG_DEEP_ST : WG_RING / STAGE; /* 4 for 128 tokens, 6 for 64: bytes
-                                                              in flight; DC 5 */
+    constexpr int NST = DC ? (NT > 128 ? WG_EXT_ST : WG_DEEP_ST)
+                           : WG_RING / STAGE; /* 4 for 128 tokens, 6 for 64: bytes in flight;
+                                                 DC 5 (4 with a tail) */
     static_assert(!DC || NST * STAGE + 2 * WG_DEEP_SC <= WG_RING_DEEP, "DEEP ring");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
@@ -395,7 +417,14 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     float acc[NT / 2]; /* each column tile's first wgmma starts it (acc_in 0) */
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.f;
-    uint32_t abuf0[4][4], abuf1[4][4];
+    /* With a tail (NT > 128: 72 accumulators) one buffer of A fragments: two would leave
+     * ptxas short of registers, and it then serializes every wgmma of the kernel (C7512).
+     * There each k16 step's wgmma is a group of its own, and step s + 1's fragment kk is
+     * written once step s's group kk has retired (the copies and the barrier run under
+     * them, and the later groups under the first fragments' dequantization). */
+    constexpr bool ONEBUF = NT > 128;
+    uint32_t abuf0[4][4], abuf1_[4][4];
+    uint32_t(&abuf1)[4][4] = ONEBUF ? abuf0 : abuf1_;
 
     /* Step s (plain: column tile ctile0 + s / nk, K tile s % nk): issue its wgmmas (A = cur),
      * retire step s-1's, publish, refill, dequantize step s+1 into nxt while s's wgmmas run;
@@ -435,10 +464,14 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         const uint64_t desc = wg_desc(sbase + o_cur);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
+        for (int kk = 0; kk < 4; kk++) {
             wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, GATED || kk > 0 || kt > 0);
-        wgmma_commit();
-        if (STRIP && kt == nk - 1) { /* the column tile's last K tile: store it */
+            if (ONEBUF) wgmma_commit(); /* a group per k16 step */
+        }
+        if (!ONEBUF) wgmma_commit();
+        if (ONEBUF) {
+            wgmma_wait<4>(); /* step s - 1's groups */
+        } else if (STRIP && kt == nk - 1) { /* the column tile's last K tile: store it */
             wgmma_wait<0>();
             wg_fence_acc<NT / 2>(acc);
             if (p.out_bf16) wg_store_cols<NT, true>(acc, srow, swt, c_col, n, t);
@@ -462,7 +495,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             }
         }
         if (!EARLY && publish && (!tail || s + 1 < steps)) c1 = codes(o_nxt, c_kt);
-        if (!tail || s + 1 < steps) wg_dequant(c1, nxt);
+        if (!tail || s + 1 < steps) wg_dequant<ONEBUF>(c1, nxt); /* ONEBUF: nxt is cur */
         o_cur = o_nxt;
     };
     /* The steps run in pairs. With tail false (a constant after inlining) neither step of a
@@ -725,13 +758,26 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
 #endif /* FP4_WG_SM90 */
 
 #ifdef FP4_WG_SM90
+/* The rule of an expert's tail (EXT, the DEEP kernel): slot s of expert e_s is one when the
+ * slot before it is the same expert's (so an even s follows a full pair of that expert) and
+ * its rows in use are 1 .. WG_TAIL_ROWS (row 0 in use, row WG_TAIL_ROWS not). The pair
+ * before it then runs WG_EXT_NT tokens, its own rows included (a slot's rows follow the
+ * previous slot's in the padded row space), and the tail's unit runs nothing: its weights
+ * are dequantized once instead of twice. Both units decide with this function on the same
+ * table entries. H200, layer, skipping the tails' units altogether (wrong numbers, a bound):
+ * -17.6% at M=2048 top-8, -10.3% at 4096, -16.4% at top-4 M=4096 (2026-12-01). */
+static __device__ __forceinline__ bool wg_tail(int e_s, int e_prev, int row0, int row_last)
+{
+    return e_s >= 0 && e_s == e_prev && row0 >= 0 && row_last < 0;
+}
+
 /* Unit `unit` of a launch: slots 2 unit and 2 unit + 1. pair(e, s0, nt) when both hold
  * tokens of expert e (one tile of nt = 128, 96 or 80 tokens: the first slot full, the second
  * holding more than 32, 17-32 or 1-16), else alone(e, s, nt) for each slot in use, nt = 64,
  * 48, 32, 24 or 16: a slot's rows in use are a prefix (the grouping fills an expert's
  * segment from its start), so rows 16, 24, 32 and 48 tell how many. The second slot of an
  * expert's last pair may be empty: then the first runs alone. */
-template <class Pair, class Alone>
+template <bool EXT, class Pair, class Alone>
 static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int unit, Pair pair,
                                                Alone alone)
 {
@@ -760,10 +806,20 @@ static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int u
 #pragma unroll
     for (int i = 0; i < 5; i++) n0 += v0[i] >= 0, n1 += v1[i] >= 0;
     auto width = [](int n) { return n >= 5 ? 64 : n == 4 ? 48 : n == 3 ? 32 : n == 2 ? 24 : 16; };
+    /* EXT: is slot s0 + 2 (pair) or s0 (its own unit) an expert's tail, wg_tail? */
+    bool tail = false;
+    if (EXT && p.tile_expert && rmap) {
+        if (e0 >= 0 && e0 == e1 && n1 >= 5 && s0 + 2 < p.n_tiles_m) {
+            const long long r2 = (long long)(s0 + 2) * 64;
+            tail = wg_tail(p.tile_expert[s0 + 2], e1, rmap[r2], rmap[r2 + WG_TAIL_ROWS]);
+        } else if (s0 >= 2) {
+            tail = wg_tail(e0, p.tile_expert[s0 - 1], v0[0], rmap[r0 + WG_TAIL_ROWS]);
+        }
+    }
     if (e0 >= 0 && e0 == e1 && n1 > 0) {
-        pair(e0, s0, n1 >= 4 ? 128 : n1 >= 2 ? 96 : 80);
+        pair(e0, s0, tail ? WG_EXT_NT : n1 >= 4 ? 128 : n1 >= 2 ? 96 : 80);
     } else {
-        if (e0 >= 0) alone(e0, s0, width(n0));
+        if (e0 >= 0 && !tail) alone(e0, s0, width(n0));
         if (e1 >= 0 && e1 != e0) alone(e1, s1, width(n1));
     }
 }
@@ -805,9 +861,15 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
     const int unit = cta.unit, ctile = cta.ctile, nct = cta.nct;
     fp4_pdl_wait();
     fp4_pdl_trigger();
-    wg_unit(
+    wg_unit<DEEP>(
         p, unit,
         [&](int e, int s, int nt) {
+            if constexpr (DEEP) {
+                if (nt == WG_EXT_NT) {
+                    wg_tile<WG_EXT_NT, GATED, STRIPS, DEEP>(p, sm, e, s, ctile, 1);
+                    return;
+                }
+            }
             if (nt == 128 && !STRIPS) wg_tile<128, GATED, STRIPS, DEEP>(p, sm, e, s, ctile, 1);
             else if (nt == 128) /* one column tile per call (wg_tile's STRIP) */
                 for (int c = 0; c < nct; c++)
@@ -851,7 +913,7 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, i
     const int unit = cta.unit, ctile = cta.ctile, nct = cta.nct;
     fp4_pdl_wait();
     fp4_pdl_trigger();
-    wg_unit(
+    wg_unit<false>(
         p, unit,
         [&](int e, int s, int) {
             if constexpr (BIG) {
