@@ -26,9 +26,9 @@
  * stages: half the barriers and proxy fences). Above WG_DEEP_ROWS rows per expert the gated
  * kernel's DEEP form runs its 128-token units through 5 stages (104 KB, the block scales
  * apart, 16 bytes a row per 4 K tiles), so a copy has 3 K tiles to land instead of 2; there
- * an expert's last full pair and a tail of up to 16 rows after it run as one unit of 144
- * tokens (wg_tail: 4 stages, one buffer of A fragments), so the tail's weights are not
- * dequantized a second time for its own unit.
+ * an expert's last full pair and a tail of 1-16 or 17-32 rows after it run as one unit of
+ * 144 or 160 tokens (wg_tail: 4 stages, one buffer of A fragments), so the tail's weights
+ * are not dequantized a second time for its own unit.
  * Registers hold two K tiles of A fragments: while the wgmmas of tile kt run, the warps
  * dequantize tile kt+1 (wgmma.wait_group 1 frees the other buffer and the ring stage).
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
@@ -82,9 +82,9 @@
 #define WG_DEEP_SC 2048                /* their block scales 4 K tiles at a time (16 bytes a
                                           row, past L1) in 2 slots of this many bytes */
 #define WG_RING_DEEP (WG_DEEP_ST * 20480 + 2 * WG_DEEP_SC)
-#define WG_TAIL_ROWS 16                /* DEEP: an expert's last slot with at most this many */
-#define WG_EXT_NT (128 + WG_TAIL_ROWS) /* rows runs with the pair before it (wg_unit), */
-#define WG_EXT_ST 4                    /* through 4 stages of B + W (22 KB: 5 do not fit) */
+#define WG_EXT_ST 4                    /* DEEP: a pair with an expert's tail (wg_tail), 144 or
+                                          160 tokens: 4 stages of B + W (22 / 24 KB: 5 do not
+                                          fit two CTAs per SM) */
 #define WG_SMEM_DEEP (WG_RING_DEEP + 1024) /* two CTAs per SM (the largest carveout, so an
                                           L1 of 28 KB: why the scales go past it) */
 #if WG_SMEM_DEEP > WG_SMEM128
@@ -109,6 +109,7 @@ template <int N> struct wg_mma;
 #define WG_D6 "%48,%49,%50,%51,%52,%53,%54,%55"
 #define WG_D7 "%56,%57,%58,%59,%60,%61,%62,%63"
 #define WG_D8 "%64,%65,%66,%67,%68,%69,%70,%71"
+#define WG_D9 "%72,%73,%74,%75,%76,%77,%78,%79"
 #define WG_MMA(N, DREGS, AREGS, DESC, PRED, ...)                                              \
     template <> struct wg_mma<N> {                                                            \
         static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, \
@@ -122,6 +123,10 @@ template <int N> struct wg_mma;
                            "r"(acc_in));                                                      \
         }                                                                                     \
     };
+WG_MMA(160, WG_D0 "," WG_D1 "," WG_D2 "," WG_D3 "," WG_D4 "," WG_D5 "," WG_D6 "," WG_D7 "," WG_D8 "," WG_D9,
+       "%80,%81,%82,%83", "%84", "%85",
+       WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40), WG_F8(48), WG_F8(56),
+       WG_F8(64), WG_F8(72))
 WG_MMA(144, WG_D0 "," WG_D1 "," WG_D2 "," WG_D3 "," WG_D4 "," WG_D5 "," WG_D6 "," WG_D7 "," WG_D8,
        "%72,%73,%74,%75", "%76", "%77",
        WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24), WG_F8(32), WG_F8(40), WG_F8(48), WG_F8(56),
@@ -153,6 +158,7 @@ WG_MMA(16, WG_D0, "%8,%9,%10,%11", "%12", "%13",
 #undef WG_D6
 #undef WG_D7
 #undef WG_D8
+#undef WG_D9
 #undef WG_F8
 #undef WG_F4
 
@@ -318,7 +324,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
      * DC (the DEEP form's 128-token body): B + W, the scales in WG_DEEP_SC slots past the
      * stages, each 4 K tiles of the 128 rows (16 bytes a row, copied with the stage of the
      * first of the 4: a slot is refilled 2 steps after its last codes were read) */
-    constexpr bool DC = DEEP && GATED && NT >= 128; /* 128, or WG_EXT_NT with a tail */
+    constexpr bool DC = DEEP && GATED && NT >= 128; /* 128, or 144 / 160 with a tail */
     static_assert(!DEEP || GATED, "DEEP: the gated kernel only");
     constexpr int STAGE =
         DC ? BB + WG_W_BYTES : (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
@@ -417,7 +423,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     float acc[NT / 2]; /* each column tile's first wgmma starts it (acc_in 0) */
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.f;
-    /* With a tail (NT > 128: 72 accumulators) one buffer of A fragments: two would leave
+    /* With a tail (NT > 128: 72 or 80 accumulators) one buffer of A fragments: two would leave
      * ptxas short of registers, and it then serializes every wgmma of the kernel (C7512).
      * There each k16 step's wgmma is a group of its own, and step s + 1's fragment kk is
      * written once step s's group kk has retired (the copies and the barrier run under
@@ -758,17 +764,23 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
 #endif /* FP4_WG_SM90 */
 
 #ifdef FP4_WG_SM90
-/* The rule of an expert's tail (EXT, the DEEP kernel): slot s of expert e_s is one when the
- * slot before it is the same expert's (so an even s follows a full pair of that expert) and
- * its rows in use are 1 .. WG_TAIL_ROWS (row 0 in use, row WG_TAIL_ROWS not). The pair
- * before it then runs WG_EXT_NT tokens, its own rows included (a slot's rows follow the
- * previous slot's in the padded row space), and the tail's unit runs nothing: its weights
- * are dequantized once instead of twice. Both units decide with this function on the same
- * table entries. H200, layer, skipping the tails' units altogether (wrong numbers, a bound):
- * -17.6% at M=2048 top-8, -10.3% at 4096, -16.4% at top-4 M=4096 (2026-12-01). */
-static __device__ __forceinline__ bool wg_tail(int e_s, int e_prev, int row0, int row_last)
+/* The rule of an expert's tail (EXT, the DEEP kernel): the even slot s is one when slots
+ * s - 2, s - 1 and s hold the same expert (e_a, e_b, e_s), row 48 of slot s - 1 is in use
+ * (so the unit before s is a pair of 128 tokens) and the rows in use of s are 1 .. 32 (row 0
+ * in use, row 32 not). That pair then runs 144 tokens (row 16 of s not in use) or 160, the
+ * tail's rows included (a slot's rows follow the previous slot's in the padded row space):
+ * the width returned, 0 for no tail. The tail's unit runs nothing: its weights are
+ * dequantized once instead of twice. Both units evaluate this on the same table entries,
+ * so they agree for any table (an odd slot is never a tail). H200, layer, skipping the
+ * tails' units altogether (wrong numbers, a bound): -17.6% at M=2048 top-8, -10.3% at
+ * 4096, -16.4% at top-4 M=4096; with 144 and 160 against HEAD before: -6 to -8% there
+ * (2026-12-01, bench/NOTES.md twenty-eighth session). */
+static __device__ __forceinline__ int wg_tail(int e_a, int e_b, int e_s, int row_b48, int row0,
+                                              int row16, int row32)
 {
-    return e_s >= 0 && e_s == e_prev && row0 >= 0 && row_last < 0;
+    if (!(e_s >= 0 && e_a == e_s && e_b == e_s && row_b48 >= 0 && row0 >= 0 && row32 < 0))
+        return 0;
+    return row16 < 0 ? 144 : 160;
 }
 
 /* Unit `unit` of a launch: slots 2 unit and 2 unit + 1. pair(e, s0, nt) when both hold
@@ -806,20 +818,23 @@ static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int u
 #pragma unroll
     for (int i = 0; i < 5; i++) n0 += v0[i] >= 0, n1 += v1[i] >= 0;
     auto width = [](int n) { return n >= 5 ? 64 : n == 4 ? 48 : n == 3 ? 32 : n == 2 ? 24 : 16; };
-    /* EXT: is slot s0 + 2 (pair) or s0 (its own unit) an expert's tail, wg_tail? */
-    bool tail = false;
+    /* EXT: is slot s0 + 2 a tail that this pair runs, or s0 one that the pair before runs
+     * (wg_tail)? */
+    int tail_next = 0, tail_self = 0;
     if (EXT && p.tile_expert && rmap) {
-        if (e0 >= 0 && e0 == e1 && n1 >= 5 && s0 + 2 < p.n_tiles_m) {
+        if (s0 + 2 < p.n_tiles_m) {
             const long long r2 = (long long)(s0 + 2) * 64;
-            tail = wg_tail(p.tile_expert[s0 + 2], e1, rmap[r2], rmap[r2 + WG_TAIL_ROWS]);
-        } else if (s0 >= 2) {
-            tail = wg_tail(e0, p.tile_expert[s0 - 1], v0[0], rmap[r0 + WG_TAIL_ROWS]);
+            tail_next = wg_tail(e0, e1, p.tile_expert[s0 + 2], v1[4], rmap[r2], rmap[r2 + 16],
+                                rmap[r2 + 32]);
         }
+        if (s0 >= 2)
+            tail_self = wg_tail(p.tile_expert[s0 - 2], p.tile_expert[s0 - 1], e0,
+                                rmap[r0 - 16], v0[0], v0[1], v0[3]);
     }
     if (e0 >= 0 && e0 == e1 && n1 > 0) {
-        pair(e0, s0, tail ? WG_EXT_NT : n1 >= 4 ? 128 : n1 >= 2 ? 96 : 80);
+        pair(e0, s0, tail_next ? tail_next : n1 >= 4 ? 128 : n1 >= 2 ? 96 : 80);
     } else {
-        if (e0 >= 0 && !tail) alone(e0, s0, width(n0));
+        if (e0 >= 0 && !tail_self) alone(e0, s0, width(n0));
         if (e1 >= 0 && e1 != e0) alone(e1, s1, width(n1));
     }
 }
@@ -865,8 +880,12 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
         p, unit,
         [&](int e, int s, int nt) {
             if constexpr (DEEP) {
-                if (nt == WG_EXT_NT) {
-                    wg_tile<WG_EXT_NT, GATED, STRIPS, DEEP>(p, sm, e, s, ctile, 1);
+                if (nt == 144) {
+                    wg_tile<144, GATED, STRIPS, DEEP>(p, sm, e, s, ctile, 1);
+                    return;
+                }
+                if (nt == 160) {
+                    wg_tile<160, GATED, STRIPS, DEEP>(p, sm, e, s, ctile, 1);
                     return;
                 }
             }

@@ -37,14 +37,15 @@
  * FC2 with K > 384 (wide-I top-8 M=160). Its FC1 above 88 rows per expert with H % 256 == 0
  * runs the gated kernel's DEEP form (5 stages for 128-token units: tiny M >= 1000 with K = 256,
  * fewer K tiles than stages; tiny-bf16-shared M=1000, wide-I M=160, tp8-large M >= 1000),
- * where an expert's last full pair takes a tail of 1-16 rows after it as one unit of 144
- * (tiny top-8 M=136: every expert's 128 + 8; tp8-large);
+ * where an expert's last full pair takes a tail of 1-16 or 17-32 rows after it as one
+ * unit of 144 or 160 (tiny top-8 M=136, 144 and 145: every expert's 128 + 8, 128 + 16 and
+ * 128 + 17; tp8-large);
  * odd-H M=1000 (H = 320) keeps the 4-stage form covered there. (The launcher also wants the
  * scales 16-byte aligned: the routed scales are a cudaMalloc of their own, so always here.)
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
- * sm90-wgmma's token widths per expert tile (16 .. 144, by the rows in use) are counted from
+ * sm90-wgmma's token widths per expert tile (16 .. 160, by the rows in use) are counted from
  * the top-k ids of its cases; the full suite fails if an FC1 width, a resident FC2 width, a
- * width of its BIG form or the DEEP FC1's 128 or 144 is never selected.
+ * width of its BIG form or the DEEP FC1's 128, 144 or 160 is never selected.
  * Environment: FP4MOE_GPU_TEST_SMALL=1 runs the tiny shapes with M <= 64 (tiny: 160) only (for
  * compute-sanitizer); FP4MOE_GPU_TIMING=1 adds informational "INFO timing" lines and a table:
  * tp8 shape, every kernel, top-8 and top-4, with and without the shared expert, M = 1 .. 256,
@@ -282,16 +283,16 @@ static int N_KERNELS = (int)(sizeof kernels / sizeof kernels[0]);
  * form (a pair as one unit of 128, a slot alone as 32 .. 64); with I > 384 strips up to 96,
  * the one-tile kernel above. FC1 above 88 rows per expert with H % 256 == 0: the gated
  * kernel's DEEP form (its own 128-token body; narrower tiles run the common bodies; an
- * expert's last full pair followed by a tail of 1 .. 16 rows runs them as one unit of 144 and
- * the tail's unit nothing: wg_tail). The suite fails if an FC1 width, a resident FC2 width, a
- * BIG FC2 width or the DEEP form's 128 or 144 is never selected. */
-#define WG_TAIL 16 /* the DEEP form's tails (WG_TAIL_ROWS) */
-static const int wg_widths[] = {16, 24, 32, 48, 64, 80, 96, 128, 128 + WG_TAIL};
+ * expert's last full pair followed by a tail of 1 .. 16 or 17 .. 32 rows runs them as one
+ * unit of 144 or 160 and the tail's unit nothing: wg_tail). The suite fails if an FC1 width,
+ * a resident FC2 width, a BIG FC2 width or the DEEP form's 128, 144 or 160 is never
+ * selected. */
+static const int wg_widths[] = {16, 24, 32, 48, 64, 80, 96, 128, 144, 160};
 #define N_WG_WIDTHS ((int)(sizeof wg_widths / sizeof wg_widths[0]))
 #define N_WG_KINDS 5
 static const char *wg_kind[N_WG_KINDS] = {"FC1", "FC2 one-tile / strips", "FC2 resident",
                                           "FC2 resident pairs (BIG)", "FC1 DEEP"};
-static const unsigned wg_need[N_WG_KINDS] = {0xff, 0, 0x1f, 0x9c, 0x180}; /* widths required */
+static const unsigned wg_need[N_WG_KINDS] = {0xff, 0, 0x1f, 0x9c, 0x380}; /* widths required */
 static int wg_seen[N_WG_KINDS][N_WG_WIDTHS];
 
 static int wg_width(int first, int second)
@@ -317,8 +318,8 @@ static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter,
         for (int r = 0, fc1_done = 0; r < cnt[e]; r += 128) {
             const int left = cnt[e] - r, first = left < 64 ? left : 64;
             const int w = wg_width(first, left - first), pair = left > first;
-            if (fc1_deep && left > 128 && left - 128 <= WG_TAIL) /* this pair and its tail */
-                wg_add(4, 128 + WG_TAIL), fc1_done = 1;
+            if (fc1_deep && left > 128 && left - 128 <= 32) /* this pair and its tail */
+                wg_add(4, left - 128 <= 16 ? 144 : 160), fc1_done = 1;
             else if (!fc1_done)
                 wg_add(fc1_deep ? 4 : 0, w);
             if (fc2_res && pair) wg_seen[2][4] += 2; /* a pair: two units of 64 */
@@ -761,14 +762,15 @@ int main(void)
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-    /* tiny top-8 (every expert has all M tokens) M=136: the DEEP form's 128 + 8 */
-    static const int ms_tiny[] = {1, 7, 64, 136, 1000, 4096}, k48[] = {4, 8};
+    /* tiny top-8 (every expert has all M tokens) M=136, 144, 145: the DEEP form's 128 + 8,
+     * 128 + 16 and 128 + 17 (tails, wg_tail: units of 144, 144, 160) */
+    static const int ms_tiny[] = {1, 7, 64, 136, 144, 145, 1000, 4096}, k48[] = {4, 8};
     static const int ms_small[] = {7, 1000}, k8[] = {8};
     static const int ms_odd[] = {1, 40, 64, 1000}, k_odd[] = {4, 16};
     static const int ms_tp8[] = {1, 7, 64, 256}, ms_tp8_big[] = {1000, 4096, 16384};
     static const int ms_long_k[] = {40, 64}, ms_wide[] = {1, 7}, ms_wide_i[] = {1, 7, 160};
     const shape_spec shapes[] = {
-        {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_tiny, 6, k48, 2, 1, 0},
+        {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_tiny, 8, k48, 2, 1, 0},
         {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_small, 2, k8, 1, 1, 0},
         /* H % 128 != 0 (masked FC2 column tile), no shared expert, top-k = E = 16 */
         {"odd-H", 320, 16, 128, SH_NONE, 0, ms_odd, 4, k_odd, 2, 0, 0},
@@ -796,7 +798,7 @@ int main(void)
         const shape_spec sm[] = {
             /* M=136 / 160: 68 / 80 rows per expert at top-4, sm90-wgmma's 80- and 96-token
              * tiles; 136 / 160 at top-8 (every expert has every token), the DEEP form with
-             * 128 + 8 (a tail, wg_tail) and 128 + 32 */
+             * 128 + 8 and 128 + 32 (tails, wg_tail: units of 144 and 160) */
             {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_s_tiny, 5, k48, 2, 0, 0},
             {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_s + 1, 1, k8, 1, 0, 0},
             {"odd-H", 320, 16, 128, SH_NONE, 0, ms_s, 2, k_odd, 2, 0, 0},
