@@ -773,8 +773,9 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
  * dequantized once instead of twice. Both units evaluate this on the same table entries,
  * so they agree for any table (an odd slot is never a tail). H200, layer, skipping the
  * tails' units altogether (wrong numbers, a bound): -17.6% at M=2048 top-8, -10.3% at
- * 4096, -16.4% at top-4 M=4096; with 144 and 160 against HEAD before: -6 to -8% there
- * (2026-12-01, bench/NOTES.md twenty-eighth session). */
+ * 4096, -16.4% at top-4 M=4096; the 144-token form against none: -5.3 / -3.3 / -5.3%, and
+ * 160 beside it: -2.1 / -0.6 / -2.4% more (2026-12-01, bench/NOTES.md twenty-eighth
+ * session). */
 static __device__ __forceinline__ int wg_tail(int e_a, int e_b, int e_s, int row_b48, int row0,
                                               int row16, int row32)
 {
@@ -788,7 +789,9 @@ static __device__ __forceinline__ int wg_tail(int e_a, int e_b, int e_s, int row
  * holding more than 32, 17-32 or 1-16), else alone(e, s, nt) for each slot in use, nt = 64,
  * 48, 32, 24 or 16: a slot's rows in use are a prefix (the grouping fills an expert's
  * segment from its start), so rows 16, 24, 32 and 48 tell how many. The second slot of an
- * expert's last pair may be empty: then the first runs alone. */
+ * expert's last pair may be empty: then the first runs alone. EXT (the DEEP kernel): a pair
+ * followed by its expert's tail runs as 144 or 160 tokens and the tail's unit nothing
+ * (wg_tail). */
 template <bool EXT, class Pair, class Alone>
 static __device__ __forceinline__ void wg_unit(const fp4_mma_gemm_args &p, int unit, Pair pair,
                                                Alone alone)
