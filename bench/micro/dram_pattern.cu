@@ -18,7 +18,7 @@
  * of launch and event cost, which an empty launch measures).
  *
  *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]
- *                [--xload | --xring] [--xrows R]
+ *                [--xload | --xring] [--xrows R] [--bulk U ...]
  * prints one line per (layout, blocks): microseconds and GB/s of the bytes copied, by the
  * events and by the kernel's span. --work W
  * adds W integer multiply-adds per group and lane (4 independent chains) after each group
@@ -29,6 +29,8 @@
  * and reads them from there (RING x rows x 144 bytes of dynamic shared memory per warp:
  * fewer blocks per SM at 8 rows). --xrows R (default 8): the lanes of token rows < R load,
  * the others use zeros (a decode slot of R tokens; M=1: 1).
+ * --bulk U (repeatable) adds lines for bulk_kernel at U units of 16 rows per block (blocks / U
+ * blocks), each unit's rows asked for by bulk copies at the block's start.
  * Build: a CMake target of the CUDA build (bench/micro); runs on sm_80 and later.
  */
 #include <cuda_runtime.h>
@@ -149,6 +151,81 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, int 
     if (threadIdx.x == 0) atomicMax(&span[1], global_ns());
 }
 
+/* --bulk U: the same rows by bulk copies (cp.async.bulk, one per 3072-byte row, completing on
+ * an mbarrier per unit) into padded shared rows; a block owns U units of 16 rows (U x 16 x
+ * 3104 bytes), all asked for at its start, and its warps touch each unit's groups as the
+ * pattern kernel does (warp w: groups 12 w .. 12 w + 11 of the 16 rows, --work W each). */
+#define BULK_ROW (ROW_BYTES + 32) /* padded shared row: rows g, g + 4 on other banks */
+#define BULK_UNIT (16 * BULK_ROW)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* bulk copies and mbarriers: sm_90 on */
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, unsigned bytes,
+                                                 uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred p;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra W;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+bulk_kernel(const unsigned char *w, int units, int work, unsigned *sink, unsigned long long *span)
+{
+    extern __shared__ __align__(16) unsigned char dyn[];
+#if __CUDA_ARCH__ >= 900
+    __shared__ __align__(8) unsigned long long bars[8];
+    if (threadIdx.x == 0) atomicMin(&span[0], global_ns());
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x < units) mbar_init(smem_u32(&bars[threadIdx.x]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    __syncthreads();
+    if (warp == 0) {
+        for (int u = 0; u < units; u++) {
+            const uint32_t bar = smem_u32(&bars[u]);
+            if (lane == 0) mbar_expect_tx(bar, 16 * ROW_BYTES);
+            __syncwarp();
+            if (lane < 16)
+                bulk_copy(smem_u32(dyn + u * BULK_UNIT + lane * BULK_ROW),
+                          w + ((size_t)(blockIdx.x * units + u) * 16 + lane) * ROW_BYTES, ROW_BYTES,
+                          bar);
+        }
+    }
+    unsigned acc = 0;
+    for (int u = 0; u < units; u++) {
+        mbar_wait(smem_u32(&bars[u]), 0);
+        for (int i = 0; i < GROUPS; i++) {
+            const uint4 v = *(const uint4 *)(dyn + u * BULK_UNIT + (lane >> 1) * BULK_ROW +
+                                             (warp * GROUPS + i) * 32 + 16 * (lane & 1));
+            uint32_t c0 = v.x, c1 = v.y, c2 = v.z, c3 = v.w;
+            for (int j = 0; j < work; j += 4) {
+                c0 = c0 * 0x9e3779b1u + 7u, c1 = c1 * 0x85ebca6bu + 11u;
+                c2 = c2 * 0xc2b2ae35u + 13u, c3 = c3 * 0x27d4eb2fu + 17u;
+            }
+            acc ^= c0 ^ c1 ^ c2 ^ c3;
+        }
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) atomicMax(&span[1], global_ns());
+#endif
+}
+
 /* A read of n words: leaves the L2 full of clean lines. */
 extern "C" __global__ void read_kernel(const uint4 *x, size_t n, unsigned *sink)
 {
@@ -169,6 +246,7 @@ static int cmp_float(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     int blocks[16], n_blocks = 0, reps = 15, free_occ = 0, work = 0, xmode = 0, xrows = 8;
+    int bulk[8], n_bulk = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--blocks") && i + 1 < argc && n_blocks < 16) {
             blocks[n_blocks] = atoi(argv[++i]);
@@ -197,11 +275,18 @@ int main(int argc, char **argv)
                 fprintf(stderr, "dram_pattern: --xrows wants 1..8 token rows, got %s\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--bulk") && i + 1 < argc && n_bulk < 8) {
+            bulk[n_bulk] = atoi(argv[++i]);
+            if (bulk[n_bulk] < 1 || bulk[n_bulk] > 4) {
+                fprintf(stderr, "dram_pattern: --bulk wants 1..4 units of 16 rows per block, got %s\n", argv[i]);
+                return 2;
+            }
+            n_bulk++;
         } else if (!strcmp(argv[i], "--free-occupancy")) {
             free_occ = 1;
         } else {
             fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]\n"
-                            "                    [--xload | --xring] [--xrows R]\n"
+                            "                    [--xload | --xring] [--xrows R] [--bulk U ...]\n"
                             "unknown or incomplete argument: %s\n", argv[i]);
             return 2;
         }
@@ -293,6 +378,36 @@ int main(int argc, char **argv)
             const double kus = ts[reps / 2] * 1000.0;
             printf("%s %d %d %.2f %.2f %.0f %.2f %.0f\n", tiled ? "tiled" : "rows", blocks[bi], per_sm,
                    mb, us, mb * 1e3 / us, kus, mb * 1e3 / kus);
+        }
+    }
+    for (int bi = 0; bi < n_blocks; bi++) {
+        for (int q = 0; q < n_bulk; q++) {
+            const int u = bulk[q], grid = blocks[bi] / u, dbytes = u * BULK_UNIT;
+            if (blocks[bi] % u) continue;
+            CK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dbytes));
+            int bper_sm = 0;
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bper_sm, bulk_kernel, WARPS * 32, dbytes));
+            for (int r = -2; r < reps; r++) {
+                CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, 0));
+                read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
+                CK(cudaMemcpyAsync(span, span0, sizeof span0, cudaMemcpyHostToDevice, 0));
+                CK(cudaEventRecord(a, 0));
+                bulk_kernel<<<grid, WARPS * 32, dbytes>>>(w, u, work, sink, span);
+                CK(cudaEventRecord(b, 0));
+                CK(cudaEventSynchronize(b));
+                CK(cudaGetLastError());
+                CK(cudaMemcpy(spanh, span, sizeof spanh, cudaMemcpyDeviceToHost));
+                if (r >= 0) {
+                    CK(cudaEventElapsedTime(&t[r], a, b));
+                    ts[r] = (float)(spanh[1] - spanh[0]) * 1e-6f;
+                }
+            }
+            qsort(t, reps, sizeof *t, cmp_float);
+            qsort(ts, reps, sizeof *ts, cmp_float);
+            const double us = t[reps / 2] * 1000.0, mb = blocks[bi] * 16.0 * ROW_BYTES / 1e6;
+            const double kus = ts[reps / 2] * 1000.0;
+            printf("bulk%d %d %d %.2f %.2f %.0f %.2f %.0f (%d blocks)\n", u, blocks[bi], bper_sm, mb, us,
+                   mb * 1e3 / us, kus, mb * 1e3 / kus, grid);
         }
     }
     free(t), free(ts);

@@ -63,7 +63,8 @@ static __device__ __forceinline__ uint4 ld_stream_u4(const void *ptr)
  * (16-byte weight copies, 4-byte scale copies; RING - 1 groups in flight while one computes),
  * activations loaded into registers one group ahead (they hit L2). Ring stage of a group:
  * RR = 16 RT weight rows of 32 bytes (row rr = 16 r + 8 h + g: tile r, h 0 lo / 1 hi, row g)
- * and their RR scale words. The warp reads only what it copied: __syncwarp orders the
+ * and their RR scale words (with scale chunks, SC: a pass's RR 16-byte chunks, copied with
+ * its first group, in SQ slots). The warp reads only what it copied: __syncwarp orders the
  * copies of one lane before the reads of another and the reads before the next refill.
  * The loop runs in passes of 4 groups (half the ring at RT 1, all of it at RT 2), so that
  * every stage offset and copy source is a pass base plus a constant: ~100 instructions per
@@ -110,16 +111,28 @@ static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int 
 }
 
 /* Per-warp weight ring of a kernel: RING stages of RR weight rows (NVFP4; BF16 uses none). */
+#define DEC_UN 4 /* groups per pass of the NVFP4 main loop */
 template <int WF, int RT> struct dec_ring {
     static constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     static constexpr int RING = NV ? DEC_RING_GROUPS / RT : 1, RR = 16 * RT;
+    /* scale chunks (SC): passes whose chunks are in shared memory at once (the one read and
+     * those issued RING - 1 groups ahead) */
+    static constexpr int SQ = (RING - 1 + DEC_UN - 1) / DEC_UN + 1;
 };
+/* Scale words per warp: one per row and ring stage, or with SC (scale chunks: a pass's
+ * DEC_UN block-scale words of a row come as one 16-byte copy, one scale-copy instruction per
+ * pass instead of one per group; dec_scale_chunks says when) a chunk per row and pass. */
+template <int WF, int RT, bool SC> static __host__ __device__ constexpr int dec_swords(void)
+{
+    return SC ? dec_ring<WF, RT>::SQ * dec_ring<WF, RT>::RR * 4
+              : dec_ring<WF, RT>::RING * dec_ring<WF, RT>::RR;
+}
 
 /* One block's work: slot `slot` (expert `expert`) of TS padded rows, of which the first
  * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. src_lane
  * (32-token slots only): the row of a that padded row slot TS + lane reads (dec_a_row; -1
  * none), loaded by the kernel beside the slot's expert. */
-template <int WF, int GATED, int KS, int RT, int NB, int TS, bool OT>
+template <int WF, int GATED, int KS, int RT, int NB, int TS, bool OT, bool SC>
 static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int slot, int expert,
                                                  int src_lane, unsigned char *xs, void *wring_v,
                                                  void *sring_v, void *red_v)
@@ -137,6 +150,9 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
     auto red = (float (*)[RT][4][32])red_v;
     auto wring = (uint32_t (*)[RING][RR][8])wring_v;
     auto sring = (uint32_t (*)[RING][RR])sring_v;
+    static_assert(!SC || (NV && !OT), "scale chunks: NVFP4 K slices");
+    constexpr int SQ = dec_ring<WF, RT>::SQ;
+    auto sq = (uint32_t (*)[SQ][RR][4])sring_v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ks = warp % KS, rw = warp / KS;
     const int g = lane >> 2, t = lane & 3, k = p.k, n = p.n;
@@ -191,8 +207,11 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         const uint8_t *cs = p.ws + wrow(sr >> 4, (sr >> 3) & 1, sr & 7) * (k / 16);
         const bool cs_ok = lane < RR && tile0 + (sr >> 4) < n_tiles;
         const uint32_t wdst = (uint32_t)__cvta_generic_to_shared(&wring[warp][0][lane >> 1][4 * (lane & 1)]);
-        const uint32_t sdst = (uint32_t)__cvta_generic_to_shared(&sring[warp][0][sr]);
-        constexpr uint32_t WSTAGE = RR * 32, SSTAGE = RR * 4; /* bytes per ring stage */
+        const uint32_t sdst = SC ? (uint32_t)__cvta_generic_to_shared(&sq[warp][0][sr][0])
+                                   : (uint32_t)__cvta_generic_to_shared(&sring[warp][0][sr]);
+        constexpr uint32_t WSTAGE = RR * 32, SSTAGE = SC ? RR * 16 : RR * 4; /* bytes per stage
+                                                            (SC: per pass's scale chunk) */
+        int pslot = 0; /* SC: the scale slot of the pass in progress */
         const int ng = OT && expert < 0 ? 0 : gb1 - gb0;
         /* Copy sources of the pass's first group (advanced by UN groups per pass, so that a
          * copy's offset from them is a constant). */
@@ -209,7 +228,15 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                 for (int j = 0; j < RT; j++)
                     cp_async16_pf(wdst + st * WSTAGE + j * 512, cwp[j] + 32 * o, cw_ok[j] ? 16 : 0);
             }
-            if (o < left && s_lane) cp_async4(sdst + st * SSTAGE, csp + 4 * o, cs_ok ? 4 : 0);
+            if constexpr (SC) {
+                if (o % DEC_UN == 0 && o < left && s_lane) {
+                    int q = pslot + o / DEC_UN;
+                    q = q >= SQ ? q - SQ : q;
+                    cp_async16(sdst + q * SSTAGE, csp + 4 * o, cs_ok ? 16 : 0);
+                }
+            } else if (o < left && s_lane) {
+                cp_async4(sdst + st * SSTAGE, csp + 4 * o, cs_ok ? 4 : 0);
+            }
             cp_async_commit();
         };
         /* Activations. From L2 (KS 8): group gb0 + i + 1 into xn while group i computes from
@@ -252,14 +279,14 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
             asm volatile("bar.sync %0, %1;\n" ::"r"(1 + ks), "r"(RW * 32) : "memory");
         };
         /* Dequantize group i's weights from ring stage st, multiply with its activations. */
-        auto compute = [&](int st, const uint4 (&xc)[NB][2]) {
+        auto compute = [&](int st, int u, const uint4 (&xc)[NB][2]) {
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const uint2 wl = *(const uint2 *)&wring[warp][st][16 * r + g][2 * t];
                 const uint2 wh = *(const uint2 *)&wring[warp][st][16 * r + 8 + g][2 * t];
                 uint32_t sle, slo, she, sho;
-                fp4_scale_eo<119>(sring[warp][st][16 * r + g], sle, slo);
-                fp4_scale_eo<119>(sring[warp][st][16 * r + 8 + g], she, sho);
+                fp4_scale_eo<119>(SC ? sq[warp][pslot][16 * r + g][u] : sring[warp][st][16 * r + g], sle, slo);
+                fp4_scale_eo<119>(SC ? sq[warp][pslot][16 * r + 8 + g][u] : sring[warp][st][16 * r + 8 + g], she, sho);
 #pragma unroll
                 for (int j = 0; j < 4; j++) { /* k16 block j: word j / 2, nibble pairs i0, i0 + 1 */
                     const uint32_t ql = j < 2 ? wl.x : wl.y, qh = j < 2 ? wh.x : wh.y;
@@ -305,7 +332,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                     xc[nb][0] = x[0];
                     xc[nb][1] = x[1];
                 }
-                compute(st, xc);
+                compute(st, u, xc);
             } else {
 #pragma unroll
                 for (int nb = 0; nb < NB; nb++)
@@ -313,7 +340,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                         xn[nb][0] = dec_ld_x<GATED>(xp[nb] + 8 * (u + 1));
                         xn[nb][1] = dec_ld_x<GATED>(xp[nb] + 8 * (u + 1) + 1);
                     }
-                compute(st, xl);
+                compute(st, u, xl);
             }
         };
         /* weights_first (plain): the kernel's wait for the activations comes after the first
@@ -358,7 +385,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         }
         /* Passes of UN groups: group i + u reads stage ro + u and refills the stage before
          * it, so every ring offset is the pass's base plus a constant. */
-        constexpr int UN = 4;
+        constexpr int UN = DEC_UN;
         static_assert(RING % UN == 0 && UN % 2 == 0 && (!XCH || DEC_XCG == UN),
                       "the ring holds whole passes, a pass whole staged chunks");
         for (int i = 0; i < ng; i += UN) {
@@ -372,6 +399,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 #pragma unroll
             for (int j = 0; j < RT; j++) cwp[j] += 32 * UN;
             csp += 4 * UN;
+            if constexpr (SC) pslot = pslot + 1 == SQ ? 0 : pslot + 1;
 #pragma unroll
             for (int nb = 0; nb < NB; nb++) xp[nb] += 8 * UN;
         }
@@ -534,7 +562,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 }
 
 
-template <int WF, int GATED, int KS, int RT, int NB, bool OT = false>
+template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false>
 __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
@@ -544,7 +572,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
     __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
     extern __shared__ __align__(16) unsigned char xs[]; /* XS: dec_xs_bytes(KS, TS, k) */
     __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
-    __shared__ uint32_t sring[NV ? DEC_WARPS : 1][RING][RR];
+    __shared__ __align__(16) uint32_t sring[NV ? DEC_WARPS : 1][dec_swords<WF, RT, SC>()];
     /* The slot table and activations come from the kernels before. weights_first (plain
      * NVFP4): the table's writer has completed before this kernel could launch (the header
      * says when), so the wait for the activations is deferred past the first weight copies
@@ -572,11 +600,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                                 grouping fills a slot from row 0; a row of no token reads -1) */
         const unsigned used = __ballot_sync(0xffffffffu, src >= 0);
         const int nbu = used ? (31 - __clz((int)used)) / 8 + 1 : 1;
-        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS, OT>(p, slot, expert, src, xs, wring, sring, red);
-        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS, OT>(p, slot, expert, src, xs, wring, sring, red);
-        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS, OT>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS, OT, SC>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS, OT, SC>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS, OT, SC>(p, slot, expert, src, xs, wring, sring, red);
     }
-    dec_block<WF, GATED, KS, RT, NB, TS, OT>(p, slot, expert, src, xs, wring, sring, red);
+    dec_block<WF, GATED, KS, RT, NB, TS, OT, SC>(p, slot, expert, src, xs, wring, sring, red);
 }
 
 /* x [m, h] natural -> xp paired: units (row, 64-group, lane quad t) of 16 elements. */
@@ -1030,14 +1058,14 @@ static bool dec_ks2_pays(long long blocks)
     return n_sm > 0 && blocks >= (long long)dec_ks2_per_sm * n_sm;
 }
 
-template <int WF, int GATED, int KS, int RT, int NB, bool OT = false>
+template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = dec_block_tiles(KS, RT);
     const int grid_y = (n_tiles + per_block - 1) / per_block; /* KS 8 RT 1: one tile a block */
     if (grid_y > 65535) return cudaErrorInvalidValue;
     dim3 grid((unsigned)p->n_slots, (unsigned)grid_y);
-    const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT>;
+    const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC>;
     const long long blocks = (long long)grid.x * grid.y;
     const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k)
                                      : dec_spread_bytes((const void *)kern, blocks);
@@ -1057,7 +1085,10 @@ template <int GATED> static cudaError_t xs_init(void)
                           (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 4>,
                           (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 1>,
                           (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 2>,
-                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 4>};
+                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 4>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 1, false, true>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 2, false, true>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 4, false, true>};
     for (size_t i = 0; i < sizeof kern / sizeof kern[0]; i++) {
         cudaError_t err = cudaFuncSetAttribute(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                DEC_XS_MAX_BYTES);
@@ -1072,6 +1103,40 @@ extern "C" cudaError_t fp4_dec_gemm_init(void)
     return err != cudaSuccess ? err : xs_init<1>();
 }
 
+/* Scale chunks (SC in dec_block): a K slice's scale words of DEC_UN groups are one 16-byte
+ * copy per row where every chunk is 16-byte aligned: K slices of the K-split kernels (KS 2 and
+ * 8; KS 1 has no long K) that start at a multiple of 4 groups ((k / 64) % (4 KS) == 0, so k %
+ * 256 == 0 too) and a 16-byte aligned scale array. The products are the same (the same
+ * scale words reach the same instructions), so the output is bit for bit the per-group
+ * copies' (test_gpu_decode compares them with the switch below). H200, whole layer, against
+ * per-group 4-byte copies (bench/NOTES.md thirtieth session): -3.0% at tp8 top-8 M=1, -2.1%
+ * top-4 M=1, -2.1% at M=8 and 16, -3.5 to -4.7% at M=32-192, -3.4% top-4 M=128, -2.0% at
+ * I = 3072 M=8 (its FC2, k = 3072 at KS 8, is not aligned: per group); M=2 +0.5 / +1.5% in
+ * two calls. With every scale copy removed (wrong numbers, a bound) M=8 was -6%: the copies'
+ * count, not their bytes (1/8 of the weights'), is what costs. */
+static int dec_sc_on = 1;
+
+extern "C" int fp4_dec_set_scale_chunks(int on)
+{
+    const int old = dec_sc_on;
+    dec_sc_on = on != 0;
+    return old;
+}
+
+static bool dec_scale_chunks(const fp4_dec_gemm_args *p, int ks)
+{
+    return dec_sc_on && ks >= 2 && (p->k / 64) % (4 * ks) == 0 && ((uintptr_t)p->ws & 15) == 0;
+}
+
+template <int GATED, int KS, int RT, int NB>
+static cudaError_t launch_sc(const fp4_dec_gemm_args *p, cudaStream_t stream)
+{
+    const int NV = FP4_DEC_W_NVFP4;
+    if constexpr (KS >= 2)
+        if (dec_scale_chunks(p, KS)) return launch<NV, GATED, KS, RT, NB, false, true>(p, stream);
+    return launch<NV, GATED, KS, RT, NB>(p, stream);
+}
+
 /* NVFP4: wider slots share one A fragment over NB n8 tiles. RT 2 (two m16 tiles share each
  * B fragment: half the activation re-reads) when asked, and always for 16- and 32-token
  * slots (they come with KS 1 or 2: staged activations, no prefetch registers). 8-token slots
@@ -1079,16 +1144,15 @@ extern "C" cudaError_t fp4_dec_gemm_init(void)
 template <int GATED, int KS>
 static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t stream)
 {
-    const int NV = FP4_DEC_W_NVFP4;
     if constexpr (KS <= 2) {
-        if (p->tile_t == 16) return launch<NV, GATED, KS, 2, 2>(p, stream);
-        if (p->tile_t == 32) return launch<NV, GATED, KS, 2, 4>(p, stream);
+        if (p->tile_t == 16) return launch_sc<GATED, KS, 2, 2>(p, stream);
+        if (p->tile_t == 32) return launch_sc<GATED, KS, 2, 4>(p, stream);
     }
     if (p->tile_t == 8 || !p->tile_t) {
         if constexpr (KS == 2) /* RT 2 always (dec_ks2_pays) */
-            return launch<NV, GATED, KS, 2, 1>(p, stream);
+            return launch_sc<GATED, KS, 2, 1>(p, stream);
         else
-            return rt2 ? launch<NV, GATED, KS, 2, 1>(p, stream) : launch<NV, GATED, KS, 1, 1>(p, stream);
+            return rt2 ? launch_sc<GATED, KS, 2, 1>(p, stream) : launch_sc<GATED, KS, 1, 1>(p, stream);
     }
     return cudaErrorInvalidValue;
 }

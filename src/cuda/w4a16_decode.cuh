@@ -137,6 +137,12 @@ cudaError_t fp4_dec_gemm_init(void);
  * thread-safe: set it before any forward. */
 int fp4_dec_set_ks2_per_sm(int per_sm);
 
+/* Scale chunks (on by default): K-split launches whose K slices are 16-byte aligned in the
+ * scale array copy a row's block scales 4 groups at a time instead of one group at a time;
+ * the output is the same bit for bit. 0 turns them off (tests compare both); returns the
+ * previous setting. Not thread-safe: set it before any forward. */
+int fp4_dec_set_scale_chunks(int on);
+
 #ifdef __cplusplus
 }
 #endif
