@@ -53,8 +53,8 @@ if want tests || want sanitize; then
 step "compute-sanitizer memcheck and racecheck (small cases)"
 if command -v compute-sanitizer >/dev/null; then
   # test_gpu_moe's small cases (every kernel), test_gpu_route (the routers' shared memory)
-  # and test_gpu_decode (the decode GEMM's scale chunks)
-  for t in test_gpu_moe test_gpu_route test_gpu_decode; do
+  # and test_gpu_scale_chunks (the decode and sm90-wgmma GEMMs' scale chunks)
+  for t in test_gpu_moe test_gpu_route test_gpu_scale_chunks; do
     for tool in memcheck racecheck; do
       echo "==== compute-sanitizer $tool $t" >> "$TL"
       t0=$SECONDS

@@ -28,7 +28,9 @@
  * apart, 16 bytes a row per 4 K tiles), so a copy has 3 K tiles to land instead of 2; there
  * an expert's last full pair and a tail of 1-16 or 17-32 rows after it run as one unit of
  * 144 or 160 tokens (wg_tail: 4 stages, one buffer of A fragments), so the tail's weights
- * are not dequantized a second time for its own unit.
+ * are not dequantized a second time for its own unit. Below WG_DEEP_ROWS, where k % 256 == 0
+ * and ws is 16-byte aligned, every body of the gated kernel copies its scales that way too
+ * (scale chunks, wg_sc_slots), into 2 or 4 slots after its stages.
  * Registers hold two K tiles of A fragments: while the wgmmas of tile kt run, the warps
  * dequantize tile kt+1 (wgmma.wait_group 1 frees the other buffer and the ring stage).
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
@@ -91,7 +93,30 @@
 #error "the DEEP kernel's shared memory is set up with WG_SMEM128"
 #endif
 
+
 #ifdef FP4_WG_SM90
+
+/* Scale chunks (SC, the gated kernel below WG_DEEP_ROWS where k % 256 == 0 and ws is 16-byte
+ * aligned): every body copies its scales as DEEP's 128-token body does, 16 bytes a row per 4 K
+ * tiles past L1, into WG_DEEP_SC slots after the stages of B + W. A slot is refilled when the
+ * K tile 4 (q + S) after its chunk q is copied, NST - 1 steps ahead of its step, and the last
+ * codes of chunk q are read at step 4 q + 2 (after that step's barrier), so the refill must
+ * come from a later barrier: 4 S >= NST + 2, or NST + 3 where barriers come every second step
+ * (PUB 2). S: 2 or 4 (a mask). The same stages fit beside the slots (96 tokens: 5 instead of
+ * 4); the K loop runs ~20 instructions more per pair of steps (the slot and chunk arithmetic),
+ * and still the layer is -2.4 to -5.1% at 14-80 rows per expert (H200, against 4-byte copies
+ * per K tile; bench/NOTES.md thirtieth session). */
+static __host__ __device__ constexpr int wg_sc_slots(int nst)
+{
+    return nst + 2 + (nst >= 6) <= 8 ? 2 : 4;
+}
+/* Stages of SC bodies of STAGE bytes: the most that fit WG_RING beside their slots. */
+static __host__ __device__ constexpr int wg_sc_stages(int stage)
+{
+    int nst = WG_RING / stage;
+    while (nst > 3 && nst * stage + wg_sc_slots(nst) * WG_DEEP_SC > WG_RING) nst--;
+    return nst;
+}
 
 /* D[64 x N] = A[64 x 16] (registers, bf16) * B[16 x N] (shared memory via descriptor)
  * + D when acc_in != 0: wg_mma<N>::run(d, a, desc, acc_in). Operands of the asm: the N / 2
@@ -312,7 +337,7 @@ static __device__ __forceinline__ void wg_row_table(const fp4_mma_gemm_args &p, 
  * copies of tile ct + 1 (its weights, the same token rows again from K tile 0) are in flight
  * while tile ct finishes, and the plain epilogue stores straight from the accumulators in the
  * loop (wg_store_cols), so a CTA fills its pipeline once per unit, not once per column tile. */
-template <int NT, bool GATED, bool STRIPS, bool DEEP = false>
+template <int NT, bool GATED, bool STRIPS, bool DEEP = false, bool SC = false>
 static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsigned char *sm,
                                                int expert, int slot0, int ctile0, int nct)
 {
@@ -324,14 +349,20 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
      * DC (the DEEP form's 128-token body): B + W, the scales in WG_DEEP_SC slots past the
      * stages, each 4 K tiles of the 128 rows (16 bytes a row, copied with the stage of the
      * first of the 4: a slot is refilled 2 steps after its last codes were read) */
-    constexpr bool DC = DEEP && GATED && NT >= 128; /* 128, or 144 / 160 with a tail */
+    constexpr bool DD = DEEP && GATED && NT >= 128; /* 128, or 144 / 160 with a tail */
+    constexpr bool DC = DD || (SC && GATED);          /* ... or any body with scale chunks */
     static_assert(!DEEP || GATED, "DEEP: the gated kernel only");
+    static_assert(!SC || (GATED && !DEEP), "scale chunks: the gated kernel's bodies");
     constexpr int STAGE =
         DC ? BB + WG_W_BYTES : (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
-    constexpr int NST = DC ? (NT > 128 ? WG_EXT_ST : WG_DEEP_ST)
+    constexpr int NST = DD ? (NT > 128 ? WG_EXT_ST : WG_DEEP_ST)
+                      : DC ? wg_sc_stages(STAGE) /* as below, but 96 tokens: 5 */
                            : WG_RING / STAGE; /* 4 for 128 tokens, 6 for 64: bytes in flight;
-                                                 DC 5 (4 with a tail) */
-    static_assert(!DC || NST * STAGE + 2 * WG_DEEP_SC <= WG_RING_DEEP, "DEEP ring");
+                                                 DEEP 5 (4 with a tail) */
+    constexpr int NSC = DD ? 2 : wg_sc_slots(NST); /* DC: scale slots */
+    static_assert(!DD || NST * STAGE + 2 * WG_DEEP_SC <= WG_RING_DEEP, "DEEP ring");
+    static_assert(!DC || DD || NST * STAGE + NSC * WG_DEEP_SC <= WG_RING, "scale-chunk ring");
+    static_assert(!DC || 4 * NSC >= NST + 2 + (NST >= 6), "a scale slot refilled too early");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
     const int k = p.k, n = p.n, nk = k / WG_BK, n_wrows = GATED ? 2 * n : n;
@@ -387,9 +418,9 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             }
         cp_async16(base + BB + tid * 16, w_src, w_bytes);
         w_src += WG_BK / 2;
-        if (DC) { /* K tiles l_kt .. l_kt + 3: their scales into slot (l_kt / 4) & 1 */
+        if (DC) { /* K tiles l_kt .. l_kt + 3: their scales into slot (l_kt / 4) % NSC */
             if (tid < WG_BW && (l_kt & 3) == 0) {
-                cp_async16(sbase + NST * STAGE + ((l_kt >> 2) & 1) * WG_DEEP_SC + tid * 16,
+                cp_async16(sbase + NST * STAGE + ((l_kt >> 2) & (NSC - 1)) * WG_DEEP_SC + tid * 16,
                            s_src, s_bytes * 4);
                 s_src += 4 * (WG_BK / 16);
             }
@@ -411,7 +442,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     auto codes = [&](uint32_t off, int kt) {
         if (!DC) return wg_load_codes(sm + off + BB, rg, t);
         const unsigned char *w = sm + off + BB;
-        const unsigned char *sc = sm + NST * STAGE + ((kt >> 2) & 1) * WG_DEEP_SC + (kt & 3) * 4;
+        const unsigned char *sc = sm + NST * STAGE + ((kt >> 2) & (NSC - 1)) * WG_DEEP_SC + (kt & 3) * 4;
         wg_codes c;
         c.q0 = *(const uint2 *)(w + rg * 32 + t * 8);
         c.q1 = *(const uint2 *)(w + (rg + 8) * 32 + t * 8);
@@ -868,7 +899,7 @@ static __device__ __forceinline__ wg_cta wg_cta_of(unsigned char *smem_raw, int 
  * their group as one strip (wg_tile), for up to WG_STRIP_ROWS rows per expert (H200 A/B of
  * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to +1.8%
  * at 128-256, where the units are 128-token pairs, so a kernel of its own). */
-template <bool GATED, bool STRIPS, bool DEEP = false>
+template <bool GATED, bool STRIPS, bool DEEP = false, bool SC = false>
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
 {
@@ -892,19 +923,19 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
                     return;
                 }
             }
-            if (nt == 128 && !STRIPS) wg_tile<128, GATED, STRIPS, DEEP>(p, sm, e, s, ctile, 1);
+            if (nt == 128 && !STRIPS) wg_tile<128, GATED, STRIPS, DEEP, SC>(p, sm, e, s, ctile, 1);
             else if (nt == 128) /* one column tile per call (wg_tile's STRIP) */
                 for (int c = 0; c < nct; c++)
                     wg_tile<128, GATED, STRIPS>(p, sm, e, s, ctile + c, 1);
-            else if (nt == 96) wg_tile<96, GATED, STRIPS>(p, sm, e, s, ctile, nct);
-            else wg_tile<80, GATED, STRIPS>(p, sm, e, s, ctile, nct);
+            else if (nt == 96) wg_tile<96, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
+            else wg_tile<80, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
         },
         [&](int e, int s, int nt) {
-            if (nt == 64) wg_tile<64, GATED, STRIPS>(p, sm, e, s, ctile, nct);
-            else if (nt == 48) wg_tile<48, GATED, STRIPS>(p, sm, e, s, ctile, nct);
-            else if (nt == 32) wg_tile<32, GATED, STRIPS>(p, sm, e, s, ctile, nct);
-            else if (nt == 24) wg_tile<24, GATED, STRIPS>(p, sm, e, s, ctile, nct);
-            else wg_tile<16, GATED, STRIPS>(p, sm, e, s, ctile, nct);
+            if (nt == 64) wg_tile<64, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
+            else if (nt == 48) wg_tile<48, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
+            else if (nt == 32) wg_tile<32, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
+            else if (nt == 24) wg_tile<24, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
+            else wg_tile<16, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
         });
 #else
     __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
@@ -972,14 +1003,25 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
         err = cudaFuncSetAttribute(big[i], cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
-    const void *kern[7] = {(const void *)fp4_sm90_wgmma_kernel<true, false>,
+    const void *kern[8] = {(const void *)fp4_sm90_wgmma_kernel<true, false>,
+                           (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>,
                            (const void *)fp4_sm90_wgmma_kernel<false, false>,
                            (const void *)fp4_sm90_wgmma_kernel<false, true>,
                            (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>,
                            (const void *)fp4_sm90_wgmma_res_kernel<true, false, false>,
                            (const void *)fp4_sm90_wgmma_res_kernel<false, true, false>,
                            (const void *)fp4_sm90_wgmma_res_kernel<true, true, false>};
-    return wg_kernels_init(wg_ready, kern, 7, WG_SMEM);
+    return wg_kernels_init(wg_ready, kern, 8, WG_SMEM);
+}
+
+/* Scale chunks below WG_DEEP_ROWS (wg_sc_slots): on unless a test turns them off to compare. */
+static int wg_sc_on = 1;
+
+extern "C" int fp4_sm90_wgmma_set_scale_chunks(int on)
+{
+    const int old = wg_sc_on;
+    wg_sc_on = on != 0;
+    return old;
 }
 
 extern "C" int fp4_sm90_wgmma_gemm_serves(const fp4_mma_gemm_args *p)
@@ -1034,6 +1076,9 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     if (deep) {
         kern = (const void *)fp4_sm90_wgmma_kernel<true, false, true>;
         smem = WG_SMEM_DEEP;
+    } else if (p->gated && p->k % 256 == 0 && !((uintptr_t)p->ws & 15) && wg_sc_on) {
+        /* below: scale chunks (wg_sc_slots), where the 16-byte chunks are aligned */
+        kern = (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>;
     } else if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
     else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;
     else if (big) {

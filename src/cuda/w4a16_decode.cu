@@ -1108,11 +1108,11 @@ extern "C" cudaError_t fp4_dec_gemm_init(void)
  * 8; KS 1 has no long K) that start at a multiple of 4 groups ((k / 64) % (4 KS) == 0, so k %
  * 256 == 0 too) and a 16-byte aligned scale array. The products are the same (the same
  * scale words reach the same instructions), so the output is bit for bit the per-group
- * copies' (test_gpu_decode compares them with the switch below). H200, whole layer, against
- * per-group 4-byte copies (bench/NOTES.md thirtieth session): -3.0% at tp8 top-8 M=1, -2.1%
- * top-4 M=1, -2.1% at M=8 and 16, -3.5 to -4.7% at M=32-192, -3.4% top-4 M=128, -2.0% at
- * I = 3072 M=8 (its FC2, k = 3072 at KS 8, is not aligned: per group); M=2 +0.5 / +1.5% in
- * two calls. With every scale copy removed (wrong numbers, a bound) M=8 was -6%: the copies'
+ * copies' (test_gpu_scale_chunks compares them with the switch below). H200, whole layer,
+ * against per-group 4-byte copies (bench/NOTES.md thirtieth session): -3.0% at tp8 top-8
+ * M=1, -2.1% top-4 M=1, -2.1% at M=8 and 16, -3.5 to -4.7% at M=32-192, -3.4% top-4 M=128,
+ * -2.0% at I = 3072 M=8 (its FC2, k = 3072 at KS 8, is not aligned: per group); M=2 +0.5 /
+ * +1.5% in two calls. With every scale copy removed (wrong numbers, a bound) M=8 was -6%: the copies'
  * count, not their bytes (1/8 of the weights'), is what costs. */
 static int dec_sc_on = 1;
 

@@ -1,0 +1,245 @@
+/*
+ * test_gpu_scale_chunks.c - scale chunks: where a K slice's block scales are 16-byte aligned
+ * in the scale array, the decode GEMM (fp4_dec_set_scale_chunks: K-split launches, a row's
+ * scales 4 groups per copy) and the sm90-wgmma gated GEMM below its DEEP form
+ * (fp4_sm90_wgmma_set_scale_chunks: 16 bytes a row per 4 K tiles, past L1) copy them in
+ * chunks; their output must equal the per-group / per-K-tile copies' bit for bit, since the
+ * same scale words reach the same instructions. Each case runs one launch twice on the same
+ * random weights, scales and activations (switch on, then off) and compares the outputs byte
+ * for byte; it also checks that every row that has a token was written (no poison left) and
+ * that the output is not all zeros.
+ * Decode: gated (FC1) and plain (FC2), 8-token slots at KS 8 with one and two m16 tiles per
+ * warp, and KS 2 (the launcher's bound lowered to 0) with 8-, 16- and 32-token slots, at K =
+ * 2048 and 6144 (aligned at KS 8 and 2) and K = 1536 (24 groups: per-group copies at KS 8,
+ * chunks at KS 2); an empty slot (expert -1) and a slot whose last rows have no token.
+ * sm90-wgmma (sm_90 devices only): gated, K = 256, 2048 and 6144, two slot tables that run
+ * every body of the kernel below WG_DEEP_ROWS (128, 96, 80 tokens as pairs of one expert's
+ * slots; 64, 48, 32, 24 and 16 alone), n = 128 (two column tiles).
+ * The values themselves are checked against the CPU reference by test_gpu_moe (its tp8 and
+ * tiny shapes take the chunks).
+ * Prints "SKIP: no CUDA device" and exits 0 without a device.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpu_moe.h"
+
+#ifdef FP4MOE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "gpu/cuda_check.h"
+#include "cuda/sm90_w4a16_wgmma.cuh"
+#include "cuda/w4a16_decode.cuh"
+
+#define N_EXPERTS 4
+#define N_SLOTS 4
+
+typedef struct dec_case {
+    int gated, k, tile_t, rt2, ks2; /* ks2: the KS 2 bound lowered to 0 */
+} dec_case;
+
+static uint16_t rand_bf16(uint64_t *s)
+{
+    /* sign, exponent 2^-3 .. 2^0, 7 mantissa bits: moderate values, no NaN or infinity */
+    const uint32_t r = check_next32(s);
+    return (uint16_t)(((r & 1) << 15) | ((124 + (r >> 1) % 4) << 7) | ((r >> 8) & 0x7f));
+}
+
+static void run_case(const dec_case *c, uint64_t *seed)
+{
+    const int n = 64, k = c->k, wrows = c->gated ? 2 * n : n, tt = c->tile_t;
+    const int rows = N_SLOTS * tt, a_rows = rows - 3; /* the last slot's last 3 rows: none */
+    const size_t nq = (size_t)N_EXPERTS * wrows * (k / 2), ns = (size_t)N_EXPERTS * wrows * (k / 16);
+    const size_t na = (size_t)a_rows * k, out_bytes = (size_t)rows * n * (c->gated ? 2 : 4);
+    uint8_t *wq = malloc(nq), *ws = malloc(ns), *o1 = malloc(out_bytes), *o0 = malloc(out_bytes);
+    uint16_t *a = malloc(na * 2);
+    for (size_t i = 0; i < nq; i++) wq[i] = (uint8_t)check_next32(seed);
+    /* packed e5m3 scale codes (src/gpu_pack.h) of 2^-4 .. 2^1, some zero */
+    for (size_t i = 0; i < ns; i++) {
+        const uint32_t r = check_next32(seed);
+        ws[i] = r % 16 == 0 ? 0 : (uint8_t)(((6 + (r >> 4) % 6) << 3) | ((r >> 8) & 7));
+    }
+    for (size_t i = 0; i < na; i++) a[i] = rand_bf16(seed);
+    const int32_t te[N_SLOTS] = {2, 0, -1, 3};
+
+    uint8_t *d_wq, *d_ws, *d_out;
+    uint16_t *d_a;
+    int32_t *d_te;
+    CK(cudaMalloc((void **)&d_wq, nq));
+    CK(cudaMalloc((void **)&d_ws, ns));
+    CK(cudaMalloc((void **)&d_a, na * 2));
+    CK(cudaMalloc((void **)&d_te, sizeof te));
+    CK(cudaMalloc((void **)&d_out, out_bytes));
+    CK(cudaMemcpy(d_wq, wq, nq, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ws, ws, ns, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_a, a, na * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_te, te, sizeof te, cudaMemcpyHostToDevice));
+
+    fp4_dec_gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.wfmt = FP4_DEC_W_NVFP4, p.gated = c->gated, p.n = n, p.k = k, p.n_slots = N_SLOTS;
+    p.a = d_a, p.a_rows = a_rows, p.tile_expert = d_te, p.out_rows = rows;
+    p.wq = d_wq, p.ws = d_ws, p.out = d_out, p.tiles_per_warp = c->rt2 ? 2 : 1, p.tile_t = tt;
+
+    const int old_ks2 = fp4_dec_set_ks2_per_sm(c->ks2 ? 0 : 24);
+    uint8_t *res[2] = {o0, o1};
+    for (int on = 1; on >= 0; on--) {
+        fp4_dec_set_scale_chunks(on);
+        CK(cudaMemset(d_out, on ? 0x7b : 0x5c, out_bytes)); /* different poison per run */
+        CK(fp4_dec_gemm(&p, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(res[on], d_out, out_bytes, cudaMemcpyDeviceToHost));
+    }
+    fp4_dec_set_scale_chunks(1);
+    fp4_dec_set_ks2_per_sm(old_ks2);
+
+    /* rows of the empty slot (2) are not written by either run: compare the others */
+    const size_t row_bytes = (size_t)n * (c->gated ? 2 : 4);
+    long long diff = 0, poison = 0, nonzero = 0, first = -1;
+    for (int r = 0; r < rows; r++) {
+        if (r / tt == 2) continue;
+        for (size_t b = 0; b < row_bytes; b++) {
+            const size_t i = r * row_bytes + b;
+            if (o1[i] != o0[i]) {
+                diff++;
+                if (first < 0) first = (long long)i;
+            }
+            poison += o1[i] == 0x7b;
+            nonzero += o1[i] != 0;
+        }
+    }
+    const long long written = (long long)(rows - tt) * (long long)row_bytes;
+    const char *what = c->gated ? "gated" : "plain";
+    CHECK(diff == 0, "%s k %d, %d-token slots%s%s: %lld bytes differ with scale chunks off, first %lld",
+          what, k, tt, c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", diff, first);
+    /* a poison byte can be a real output byte now and then; a row left unwritten is 100s */
+    CHECK(poison < written / 64, "%s k %d, %d-token slots: %lld of %lld output bytes still poisoned",
+          what, k, tt, poison, written);
+    CHECK(nonzero > written / 2, "%s k %d, %d-token slots: only %lld of %lld output bytes non-zero",
+          what, k, tt, nonzero, written);
+    printf("%s k %d, %d-token slots%s%s: %lld bytes equal\n", what, k, tt,
+           c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", written);
+
+    cudaFree(d_wq), cudaFree(d_ws), cudaFree(d_a), cudaFree(d_te), cudaFree(d_out);
+    free(wq), free(ws), free(o1), free(o0), free(a);
+}
+
+/* sm90-wgmma, gated, 8 slots of 64 padded rows (4 units of two slots). rows[s]: the rows in
+ * use of slot s (a prefix), expert[s] its expert (-1: none); a unit's two slots hold one
+ * expert or the second none, as fp4_moe_group's align 2 makes them. */
+static void run_wgmma_case(int k, const int *rows, const int32_t *expert, const char *name,
+                           uint64_t *seed)
+{
+    enum { SLOTS = 8 };
+    const int n = 128, wrows = 2 * n, prows = SLOTS * 64, a_rows = 200;
+    const size_t nq = (size_t)N_EXPERTS * wrows * (k / 2), ns = (size_t)N_EXPERTS * wrows * (k / 16);
+    const size_t na = (size_t)a_rows * k, out_elems = (size_t)prows * n;
+    uint8_t *wq = malloc(nq), *ws = malloc(ns);
+    uint16_t *a = malloc(na * 2), *o1 = malloc(out_elems * 2), *o0 = malloc(out_elems * 2);
+    int32_t rsrc[SLOTS * 64];
+    for (size_t i = 0; i < nq; i++) wq[i] = (uint8_t)check_next32(seed);
+    for (size_t i = 0; i < ns; i++) {
+        const uint32_t r = check_next32(seed);
+        ws[i] = r % 16 == 0 ? 0 : (uint8_t)(((6 + (r >> 4) % 6) << 3) | ((r >> 8) & 7));
+    }
+    for (size_t i = 0; i < na; i++) a[i] = rand_bf16(seed);
+    for (int r = 0; r < prows; r++)
+        rsrc[r] = r % 64 < rows[r / 64] ? (int32_t)(check_next32(seed) % a_rows) : -1;
+
+    uint8_t *d_wq, *d_ws;
+    uint16_t *d_a, *d_out;
+    int32_t *d_te, *d_rsrc;
+    CK(cudaMalloc((void **)&d_wq, nq));
+    CK(cudaMalloc((void **)&d_ws, ns));
+    CK(cudaMalloc((void **)&d_a, na * 2));
+    CK(cudaMalloc((void **)&d_te, SLOTS * sizeof(int32_t)));
+    CK(cudaMalloc((void **)&d_rsrc, sizeof rsrc));
+    CK(cudaMalloc((void **)&d_out, out_elems * 2));
+    CK(cudaMemcpy(d_wq, wq, nq, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ws, ws, ns, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_a, a, na * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_te, expert, SLOTS * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_rsrc, rsrc, sizeof rsrc, cudaMemcpyHostToDevice));
+
+    fp4_mma_gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.wfmt = FP4_MMA_W_NVFP4, p.gated = 1, p.n = n, p.k = k, p.n_tiles_m = SLOTS;
+    p.a = d_a, p.a_rows = a_rows, p.tile_expert = d_te, p.row_src = d_rsrc, p.out_rows = prows;
+    p.wq = d_wq, p.ws = d_ws, p.out = d_out, p.rows_per_expert = 40; /* below WG_DEEP_ROWS */
+    uint16_t *res[2] = {o0, o1};
+    for (int on = 1; on >= 0; on--) {
+        fp4_sm90_wgmma_set_scale_chunks(on);
+        CK(cudaMemset(d_out, 0x7b, out_elems * 2)); /* bf16 0x7b7b: 1.3e36, never an output */
+        CK(fp4_sm90_wgmma_gemm(&p, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(res[on], d_out, out_elems * 2, cudaMemcpyDeviceToHost));
+    }
+    fp4_sm90_wgmma_set_scale_chunks(1);
+
+    long long diff = 0, poison = 0, nonzero = 0, used = 0, first = -1;
+    for (int r = 0; r < prows; r++)
+        for (int c = 0; c < n; c++) {
+            const size_t i = (size_t)r * n + c;
+            if (o1[i] != o0[i]) {
+                diff++;
+                if (first < 0) first = (long long)i;
+            }
+            if (rsrc[r] < 0) continue;
+            used++;
+            poison += o1[i] == 0x7b7b;
+            nonzero += o1[i] != 0;
+        }
+    CHECK(diff == 0, "sm90-wgmma gated k %d, %s: %lld values differ with scale chunks off, first %lld",
+          k, name, diff, first);
+    CHECK(poison == 0, "sm90-wgmma gated k %d, %s: %lld of %lld values of rows in use unwritten", k,
+          name, poison, used);
+    CHECK(nonzero > used / 2, "sm90-wgmma gated k %d, %s: only %lld of %lld values non-zero", k,
+          name, nonzero, used);
+    printf("sm90-wgmma gated k %d, %s: %lld values equal\n", k, name, (long long)out_elems);
+
+    cudaFree(d_wq), cudaFree(d_ws), cudaFree(d_a), cudaFree(d_te), cudaFree(d_rsrc), cudaFree(d_out);
+    free(wq), free(ws), free(a), free(o1), free(o0);
+}
+#endif
+
+int main(void)
+{
+    if (fp4_gpu_device_count() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 0;
+    }
+#ifdef FP4MOE_WITH_CUDA
+    CK(fp4_dec_gemm_init());
+    uint64_t seed = 0x5eed5ca1e5ull;
+    static const int ks[] = {2048, 6144, 1536};
+    for (int g = 1; g >= 0; g--)
+        for (int i = 0; i < 3; i++) {
+            const dec_case cs[] = {
+                {g, ks[i], 8, 0, 0}, {g, ks[i], 8, 1, 0}, /* KS 8 */
+                {g, ks[i], 8, 1, 1}, {g, ks[i], 16, 1, 0}, {g, ks[i], 32, 1, 0}, /* KS 2 */
+            };
+            for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) run_case(&cs[c], &seed);
+        }
+    int ma = 0, mi = 0;
+    fp4_gpu_device_cc(&ma, &mi);
+    if (ma == 9 && mi == 0 && fp4_sm90_wgmma_gemm_init() == cudaSuccess) {
+        /* pairs of 128 (64 + 40 rows), 96 (64 + 20), 80 (64 + 8) and 16 alone (10 rows) */
+        static const int rows_a[8] = {64, 40, 64, 20, 10, 0, 64, 8};
+        static const int32_t exp_a[8] = {1, 1, 0, 0, 2, -1, 3, 3};
+        /* alone: 64, 48, 32 (30 rows), 24 (20 rows) */
+        static const int rows_b[8] = {64, 0, 48, 0, 30, 0, 20, 0};
+        static const int32_t exp_b[8] = {2, -1, 0, -1, 1, -1, 3, -1};
+        static const int wk[] = {256, 2048, 6144};
+        for (int i = 0; i < 3; i++) {
+            run_wgmma_case(wk[i], rows_a, exp_a, "128 / 96 / 80 / 16 tokens", &seed);
+            run_wgmma_case(wk[i], rows_b, exp_b, "64 / 48 / 32 / 24 tokens", &seed);
+        }
+    } else {
+        printf("SKIP: sm90-wgmma needs an sm_90 GPU (this is sm_%d%d)\n", ma, mi);
+    }
+#endif
+    return check_done();
+}
