@@ -104,7 +104,7 @@
  * come from a later barrier: 4 S >= NST + 2, or NST + 3 where barriers come every second step
  * (PUB 2). S: 2 or 4 (a mask). The same stages fit beside the slots (96 tokens: 5 instead of
  * 4); the K loop runs ~20 instructions more per pair of steps (the slot and chunk arithmetic),
- * and still the layer is -2.4 to -5.1% at 14-80 rows per expert (H200, against 4-byte copies
+ * and still the layer is -1.1 to -5.1% at 14-80 rows per expert (H200, against 4-byte copies
  * per K tile; bench/NOTES.md thirtieth session). */
 static __host__ __device__ constexpr int wg_sc_slots(int nst)
 {
