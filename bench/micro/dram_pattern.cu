@@ -354,32 +354,37 @@ int main(int argc, char **argv)
            xmode == XMODE_LOAD ? ", activations from L2 one group ahead"
                                : xmode == XMODE_RING ? ", activations through the ring" : "",
            xrows);
-    for (int bi = 0; bi < n_blocks; bi++) {
-        for (int tiled = 0; tiled < 2; tiled++) {
-            for (int r = -2; r < reps; r++) {
-                CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, 0));
-                read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
-                CK(cudaMemcpyAsync(span, span0, sizeof span0, cudaMemcpyHostToDevice, 0));
-                CK(cudaEventRecord(a, 0));
+    /* One line: reps timed launches (two untimed first), L2 left clean before each; the median
+     * of the events and of the kernel's span. */
+    auto timed = [&](const char *name, int nb, int per, auto launch) {
+        for (int r = -2; r < reps; r++) {
+            CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, 0));
+            read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
+            CK(cudaMemcpyAsync(span, span0, sizeof span0, cudaMemcpyHostToDevice, 0));
+            CK(cudaEventRecord(a, 0));
+            launch();
+            CK(cudaEventRecord(b, 0));
+            CK(cudaEventSynchronize(b));
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(spanh, span, sizeof spanh, cudaMemcpyDeviceToHost));
+            if (r >= 0) {
+                CK(cudaEventElapsedTime(&t[r], a, b));
+                ts[r] = (float)(spanh[1] - spanh[0]) * 1e-6f; /* ms, like the events */
+            }
+        }
+        qsort(t, reps, sizeof *t, cmp_float);
+        qsort(ts, reps, sizeof *ts, cmp_float);
+        const double us = t[reps / 2] * 1000.0, mb = nb * 16.0 * ROW_BYTES / 1e6;
+        const double kus = ts[reps / 2] * 1000.0;
+        printf("%s %d %d %.2f %.2f %.0f %.2f %.0f\n", name, nb, per, mb, us, mb * 1e3 / us, kus,
+               mb * 1e3 / kus);
+    };
+    for (int bi = 0; bi < n_blocks; bi++)
+        for (int tiled = 0; tiled < 2; tiled++)
+            timed(tiled ? "tiled" : "rows", blocks[bi], per_sm, [&] {
                 pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, x, xmode, xrows,
                                                                 sink, span);
-                CK(cudaEventRecord(b, 0));
-                CK(cudaEventSynchronize(b));
-                CK(cudaGetLastError());
-                CK(cudaMemcpy(spanh, span, sizeof spanh, cudaMemcpyDeviceToHost));
-                if (r >= 0) {
-                    CK(cudaEventElapsedTime(&t[r], a, b));
-                    ts[r] = (float)(spanh[1] - spanh[0]) * 1e-6f; /* ms, like the events */
-                }
-            }
-            qsort(t, reps, sizeof *t, cmp_float);
-            qsort(ts, reps, sizeof *ts, cmp_float);
-            const double us = t[reps / 2] * 1000.0, mb = blocks[bi] * 16.0 * ROW_BYTES / 1e6;
-            const double kus = ts[reps / 2] * 1000.0;
-            printf("%s %d %d %.2f %.2f %.0f %.2f %.0f\n", tiled ? "tiled" : "rows", blocks[bi], per_sm,
-                   mb, us, mb * 1e3 / us, kus, mb * 1e3 / kus);
-        }
-    }
+            });
     for (int bi = 0; bi < n_blocks; bi++) {
         for (int q = 0; q < n_bulk; q++) {
             const int u = bulk[q], grid = blocks[bi] / u, dbytes = u * BULK_UNIT;
@@ -387,27 +392,10 @@ int main(int argc, char **argv)
             CK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dbytes));
             int bper_sm = 0;
             CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bper_sm, bulk_kernel, WARPS * 32, dbytes));
-            for (int r = -2; r < reps; r++) {
-                CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, 0));
-                read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
-                CK(cudaMemcpyAsync(span, span0, sizeof span0, cudaMemcpyHostToDevice, 0));
-                CK(cudaEventRecord(a, 0));
-                bulk_kernel<<<grid, WARPS * 32, dbytes>>>(w, u, work, sink, span);
-                CK(cudaEventRecord(b, 0));
-                CK(cudaEventSynchronize(b));
-                CK(cudaGetLastError());
-                CK(cudaMemcpy(spanh, span, sizeof spanh, cudaMemcpyDeviceToHost));
-                if (r >= 0) {
-                    CK(cudaEventElapsedTime(&t[r], a, b));
-                    ts[r] = (float)(spanh[1] - spanh[0]) * 1e-6f;
-                }
-            }
-            qsort(t, reps, sizeof *t, cmp_float);
-            qsort(ts, reps, sizeof *ts, cmp_float);
-            const double us = t[reps / 2] * 1000.0, mb = blocks[bi] * 16.0 * ROW_BYTES / 1e6;
-            const double kus = ts[reps / 2] * 1000.0;
-            printf("bulk%d %d %d %.2f %.2f %.0f %.2f %.0f (%d blocks)\n", u, blocks[bi], bper_sm, mb, us,
-                   mb * 1e3 / us, kus, mb * 1e3 / kus, grid);
+            char name[32];
+            snprintf(name, sizeof name, "bulk%d(%d-blocks)", u, grid);
+            timed(name, blocks[bi], bper_sm,
+                  [&] { bulk_kernel<<<grid, WARPS * 32, dbytes>>>(w, u, work, sink, span); });
         }
     }
     free(t), free(ts);
