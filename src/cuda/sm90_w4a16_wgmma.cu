@@ -101,8 +101,9 @@
  * tiles past L1, into WG_DEEP_SC slots after the stages of B + W. A slot is refilled when the
  * K tile 4 (q + S) after its chunk q is copied, NST - 1 steps ahead of its step, and the last
  * codes of chunk q are read at step 4 q + 2 (after that step's barrier), so the refill must
- * come from a later barrier: 4 S >= NST + 2, or NST + 3 where barriers come every second step
- * (PUB 2). S: 2 or 4 (a mask). The same stages fit beside the slots (96 tokens: 5 instead of
+ * come from a later barrier: 4 S >= NST + 2 (with PUB 2, barriers every second step, that is
+ * still enough; the rule keeps NST + 3 there, a margin that costs no stage). S: 2 or 4 (a
+ * mask). The same stages fit beside the slots (96 tokens: 5 instead of
  * 4); the K loop runs ~20 instructions more per pair of steps (the slot and chunk arithmetic),
  * and still the layer is -1.1 to -5.1% at 14-80 rows per expert (H200, against 4-byte copies
  * per K tile; bench/NOTES.md thirtieth session). */

@@ -7,11 +7,13 @@
  * same scale words reach the same instructions. Each case runs one launch twice on the same
  * random weights, scales and activations (switch on, then off) and compares the outputs byte
  * for byte; it also checks that every row that has a token was written (no poison left) and
- * that the output is not all zeros.
+ * that the output is not all zeros. A failed sm90-wgmma init on an sm_90 device fails.
  * Decode: gated (FC1) and plain (FC2), 8-token slots at KS 8 with one and two m16 tiles per
- * warp, and KS 2 (the launcher's bound lowered to 0) with 8-, 16- and 32-token slots, at K =
- * 2048 and 6144 (aligned at KS 8 and 2) and K = 1536 (24 groups: per-group copies at KS 8,
- * chunks at KS 2); an empty slot (expert -1) and a slot whose last rows have no token.
+ * warp, and KS 2 (the launcher's bound lowered to 0) with 8-, 16- and 32-token slots (the
+ * last 32-token slot running 4, 3, 2 or 1 of its n8 tiles), at K = 2048, 6144 and 8192
+ * (aligned at KS 8 and 2; 8192: the one-tile kernel's 3 scale slots reused) and K = 1536 (24
+ * groups: per-group copies at KS 8, chunks at KS 2); an empty slot (expert -1) and a last
+ * slot whose last rows have no token. Compared: the rows that hold a token.
  * sm90-wgmma (sm_90 devices only): gated, K = 256, 2048 and 6144, two slot tables that run
  * every body of the kernel below WG_DEEP_ROWS (128, 96, 80 tokens as pairs of one expert's
  * slots; 64, 48, 32, 24 and 16 alone), n = 128 (two column tiles).
@@ -39,6 +41,7 @@
 
 typedef struct dec_case {
     int gated, k, tile_t, rt2, ks2; /* ks2: the KS 2 bound lowered to 0 */
+    int gap;                        /* rows of the last slot without a token */
 } dec_case;
 
 static uint16_t rand_bf16(uint64_t *s)
@@ -51,7 +54,7 @@ static uint16_t rand_bf16(uint64_t *s)
 static void run_case(const dec_case *c, uint64_t *seed)
 {
     const int n = 64, k = c->k, wrows = c->gated ? 2 * n : n, tt = c->tile_t;
-    const int rows = N_SLOTS * tt, a_rows = rows - 3; /* the last slot's last 3 rows: none */
+    const int rows = N_SLOTS * tt, a_rows = rows - c->gap; /* the last slot's last rows: none */
     const size_t nq = (size_t)N_EXPERTS * wrows * (k / 2), ns = (size_t)N_EXPERTS * wrows * (k / 16);
     const size_t na = (size_t)a_rows * k, out_bytes = (size_t)rows * n * (c->gated ? 2 : 4);
     uint8_t *wq = malloc(nq), *ws = malloc(ns), *o1 = malloc(out_bytes), *o0 = malloc(out_bytes);
@@ -96,11 +99,13 @@ static void run_case(const dec_case *c, uint64_t *seed)
     fp4_dec_set_scale_chunks(1);
     fp4_dec_set_ks2_per_sm(old_ks2);
 
-    /* rows of the empty slot (2) are not written by either run: compare the others */
+    /* the rows that hold a token, outside the empty slot (2): written by both runs (a
+     * 32-token slot runs only its n8 tiles that hold tokens, so rows past them are not) */
     const size_t row_bytes = (size_t)n * (c->gated ? 2 : 4);
-    long long diff = 0, poison = 0, nonzero = 0, first = -1;
-    for (int r = 0; r < rows; r++) {
+    long long diff = 0, poison = 0, nonzero = 0, first = -1, written = 0;
+    for (int r = 0; r < a_rows; r++) {
         if (r / tt == 2) continue;
+        written += (long long)row_bytes;
         for (size_t b = 0; b < row_bytes; b++) {
             const size_t i = r * row_bytes + b;
             if (o1[i] != o0[i]) {
@@ -111,7 +116,6 @@ static void run_case(const dec_case *c, uint64_t *seed)
             nonzero += o1[i] != 0;
         }
     }
-    const long long written = (long long)(rows - tt) * (long long)row_bytes;
     const char *what = c->gated ? "gated" : "plain";
     CHECK(diff == 0, "%s k %d, %d-token slots%s%s: %lld bytes differ with scale chunks off, first %lld",
           what, k, tt, c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", diff, first);
@@ -120,8 +124,8 @@ static void run_case(const dec_case *c, uint64_t *seed)
           what, k, tt, poison, written);
     CHECK(nonzero > written / 2, "%s k %d, %d-token slots: only %lld of %lld output bytes non-zero",
           what, k, tt, nonzero, written);
-    printf("%s k %d, %d-token slots%s%s: %lld bytes equal\n", what, k, tt,
-           c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", written);
+    printf("%s k %d, %d-token slots%s%s, last slot %d rows: %lld bytes equal\n", what, k, tt,
+           c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", tt - c->gap, written);
 
     cudaFree(d_wq), cudaFree(d_ws), cudaFree(d_a), cudaFree(d_te), cudaFree(d_out);
     free(wq), free(ws), free(o1), free(o0), free(a);
@@ -214,18 +218,26 @@ int main(void)
 #ifdef FP4MOE_WITH_CUDA
     CK(fp4_dec_gemm_init());
     uint64_t seed = 0x5eed5ca1e5ull;
-    static const int ks[] = {2048, 6144, 1536};
+    /* K = 8192: 16 groups a K slice at KS 8, so the one-tile (RT 1) kernel's 3 scale slots
+     * are reused */
+    static const int ks[] = {2048, 6144, 1536, 8192};
     for (int g = 1; g >= 0; g--)
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             const dec_case cs[] = {
-                {g, ks[i], 8, 0, 0}, {g, ks[i], 8, 1, 0}, /* KS 8 */
-                {g, ks[i], 8, 1, 1}, {g, ks[i], 16, 1, 0}, {g, ks[i], 32, 1, 0}, /* KS 2 */
+                {g, ks[i], 8, 0, 0, 3}, {g, ks[i], 8, 1, 0, 3}, /* KS 8 */
+                {g, ks[i], 8, 1, 1, 3}, {g, ks[i], 16, 1, 0, 3}, /* KS 2 */
+                /* 32-token slots whose last one runs 4, 3, 2 and 1 n8 tiles */
+                {g, ks[i], 32, 1, 0, 3}, {g, ks[i], 32, 1, 0, 10}, {g, ks[i], 32, 1, 0, 20},
+                {g, ks[i], 32, 1, 0, 26},
             };
             for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) run_case(&cs[c], &seed);
         }
     int ma = 0, mi = 0;
     fp4_gpu_device_cc(&ma, &mi);
-    if (ma == 9 && mi == 0 && fp4_sm90_wgmma_gemm_init() == cudaSuccess) {
+    if (ma == 9 && mi == 0) {
+        const cudaError_t err = fp4_sm90_wgmma_gemm_init();
+        CHECK(err == cudaSuccess, "sm_90 device: fp4_sm90_wgmma_gemm_init failed: %s",
+              cudaGetErrorString(err));
         /* pairs of 128 (64 + 40 rows), 96 (64 + 20), 80 (64 + 8) and 16 alone (10 rows) */
         static const int rows_a[8] = {64, 40, 64, 20, 10, 0, 64, 8};
         static const int32_t exp_a[8] = {1, 1, 0, 0, 2, -1, 3, 3};
@@ -233,7 +245,7 @@ int main(void)
         static const int rows_b[8] = {64, 0, 48, 0, 30, 0, 20, 0};
         static const int32_t exp_b[8] = {2, -1, 0, -1, 1, -1, 3, -1};
         static const int wk[] = {256, 2048, 6144};
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 3 && err == cudaSuccess; i++) {
             run_wgmma_case(wk[i], rows_a, exp_a, "128 / 96 / 80 / 16 tokens", &seed);
             run_wgmma_case(wk[i], rows_b, exp_b, "64 / 48 / 32 / 24 tokens", &seed);
         }
