@@ -93,7 +93,6 @@
 #error "the DEEP kernel's shared memory is set up with WG_SMEM128"
 #endif
 
-
 #ifdef FP4_WG_SM90
 
 /* Scale chunks (SC, the gated kernel below WG_DEEP_ROWS where k % 256 == 0 and ws is 16-byte
@@ -103,10 +102,10 @@
  * codes of chunk q are read at step 4 q + 2 (after that step's barrier), so the refill must
  * come from a later barrier: 4 S >= NST + 2 (with PUB 2, barriers every second step, that is
  * still enough; the rule keeps NST + 3 there, a margin that costs no stage). S: 2 or 4 (a
- * mask). The same stages fit beside the slots (96 tokens: 5 instead of
- * 4); the K loop runs ~20 instructions more per pair of steps (the slot and chunk arithmetic),
- * and still the layer is -1.1 to -5.1% at 14-80 rows per expert (H200, against 4-byte copies
- * per K tile; bench/NOTES.md thirtieth session). */
+ * mask). The same stages fit beside the slots (96 tokens: 5 instead of 4); the K loop runs
+ * ~20 instructions more per pair of steps (the slot and chunk arithmetic), and still the layer
+ * is -1.1 to -5.1% at 14-80 rows per expert (H200, against 4-byte copies per K tile;
+ * bench/NOTES.md thirtieth session). */
 static __host__ __device__ constexpr int wg_sc_slots(int nst)
 {
     return nst + 2 + (nst >= 6) <= 8 ? 2 : 4;
@@ -347,9 +346,10 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     constexpr bool BALL = NT * 8 % WG_THREADS == 0; /* every thread copies BCH chunks */
     constexpr int BB = NT * 128;              /* B bytes per stage: NT rows x 64 bf16 */
     /* stage = B + W + S rounded up to 1 KB (B stays 1 KB aligned for the 128B swizzle).
-     * DC (the DEEP form's 128-token body): B + W, the scales in WG_DEEP_SC slots past the
-     * stages, each 4 K tiles of the 128 rows (16 bytes a row, copied with the stage of the
-     * first of the 4: a slot is refilled 2 steps after its last codes were read) */
+     * DC (the DEEP form's 128-token body, DD, or any body with scale chunks, SC): B + W, the
+     * scales in NSC slots of WG_DEEP_SC past the stages, each 4 K tiles of the 128 rows (16
+     * bytes a row, copied with the stage of the first of the 4: a slot is refilled only from
+     * a barrier after its last codes were read, wg_sc_slots) */
     constexpr bool DD = DEEP && GATED && NT >= 128; /* 128, or 144 / 160 with a tail */
     constexpr bool DC = DD || (SC && GATED);          /* ... or any body with scale chunks */
     static_assert(!DEEP || GATED, "DEEP: the gated kernel only");
@@ -421,7 +421,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         w_src += WG_BK / 2;
         if (DC) { /* K tiles l_kt .. l_kt + 3: their scales into slot (l_kt / 4) % NSC */
             if (tid < WG_BW && (l_kt & 3) == 0) {
-                cp_async16(sbase + NST * STAGE + ((l_kt >> 2) & (NSC - 1)) * WG_DEEP_SC + tid * 16,
+                cp_async16(sbase + NST * STAGE + ((l_kt >> 2) & (NSC - 1)) * WG_DEEP_SC +
+                               tid * 16,
                            s_src, s_bytes * 4);
                 s_src += 4 * (WG_BK / 16);
             }
@@ -443,7 +444,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     auto codes = [&](uint32_t off, int kt) {
         if (!DC) return wg_load_codes(sm + off + BB, rg, t);
         const unsigned char *w = sm + off + BB;
-        const unsigned char *sc = sm + NST * STAGE + ((kt >> 2) & (NSC - 1)) * WG_DEEP_SC + (kt & 3) * 4;
+        const unsigned char *sc =
+            sm + NST * STAGE + ((kt >> 2) & (NSC - 1)) * WG_DEEP_SC + (kt & 3) * 4;
         wg_codes c;
         c.q0 = *(const uint2 *)(w + rg * 32 + t * 8);
         c.q1 = *(const uint2 *)(w + (rg + 8) * 32 + t * 8);
@@ -1072,13 +1074,13 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
      * (M=1536 top-8, M=3072 top-4), -1.9 / -2.1% at 128, -2.9% at 256; but +1.0% at 80 and
      * +5% at 64, where most tiles are narrower and run the common bodies, whose 4-byte scale
      * copies go through an L1 of 28 KB under the DEEP form's carveout. 81-95: not measured. */
-    const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && p->k % 256 == 0 &&
-                     !((uintptr_t)p->ws & 15);
+    /* 16-byte chunks of a row's scales per 4 K tiles (DEEP, and scale chunks below it) */
+    const int chunks = p->k % 256 == 0 && !((uintptr_t)p->ws & 15);
+    const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && chunks;
     if (deep) {
         kern = (const void *)fp4_sm90_wgmma_kernel<true, false, true>;
         smem = WG_SMEM_DEEP;
-    } else if (p->gated && p->k % 256 == 0 && !((uintptr_t)p->ws & 15) && wg_sc_on) {
-        /* below: scale chunks (wg_sc_slots), where the 16-byte chunks are aligned */
+    } else if (p->gated && chunks && wg_sc_on) { /* below: scale chunks (wg_sc_slots) */
         kern = (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>;
     } else if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
     else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;

@@ -285,8 +285,9 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                 const uint2 wl = *(const uint2 *)&wring[warp][st][16 * r + g][2 * t];
                 const uint2 wh = *(const uint2 *)&wring[warp][st][16 * r + 8 + g][2 * t];
                 uint32_t sle, slo, she, sho;
-                fp4_scale_eo<119>(SC ? sq[warp][pslot][16 * r + g][u] : sring[warp][st][16 * r + g], sle, slo);
-                fp4_scale_eo<119>(SC ? sq[warp][pslot][16 * r + 8 + g][u] : sring[warp][st][16 * r + 8 + g], she, sho);
+                const int rl = 16 * r + g, rh = rl + 8; /* scale rows of the lo / hi halves */
+                fp4_scale_eo<119>(SC ? sq[warp][pslot][rl][u] : sring[warp][st][rl], sle, slo);
+                fp4_scale_eo<119>(SC ? sq[warp][pslot][rh][u] : sring[warp][st][rh], she, sho);
 #pragma unroll
                 for (int j = 0; j < 4; j++) { /* k16 block j: word j / 2, nibble pairs i0, i0 + 1 */
                     const uint32_t ql = j < 2 ? wl.x : wl.y, qh = j < 2 ? wh.x : wh.y;
