@@ -360,8 +360,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
                       : DC ? wg_sc_stages(STAGE) /* as below, but 96 tokens: 5 */
                            : WG_RING / STAGE; /* 4 for 128 tokens, 6 for 64: bytes in flight;
                                                  DEEP 5 (4 with a tail) */
-    constexpr int NSC = DD ? 2 : wg_sc_slots(NST); /* DC: scale slots */
-    static_assert(!DD || NST * STAGE + 2 * WG_DEEP_SC <= WG_RING_DEEP, "DEEP ring");
+    constexpr int NSC = wg_sc_slots(NST); /* DC: scale slots (DEEP's 5 or 4 stages: 2) */
+    static_assert(!DD || NST * STAGE + NSC * WG_DEEP_SC <= WG_RING_DEEP, "DEEP ring");
     static_assert(!DC || DD || NST * STAGE + NSC * WG_DEEP_SC <= WG_RING, "scale-chunk ring");
     static_assert(!DC || 4 * NSC >= NST + 2 + (NST >= 6), "a scale slot refilled too early");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;

@@ -51,13 +51,27 @@ static uint16_t rand_bf16(uint64_t *s)
     return (uint16_t)(((r & 1) << 15) | ((124 + (r >> 1) % 4) << 7) | ((r >> 8) & 0x7f));
 }
 
-static void run_case(const dec_case *c, uint64_t *seed)
+/* A device copy of n bytes at h. */
+static void *to_dev(const void *h, size_t n)
 {
-    const int n = 64, k = c->k, wrows = c->gated ? 2 * n : n, tt = c->tile_t;
-    const int rows = N_SLOTS * tt, a_rows = rows - c->gap; /* the last slot's last rows: none */
+    void *d;
+    CK(cudaMalloc(&d, n));
+    CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Random inputs of both GEMMs on the device: codes and packed scales of N_EXPERTS experts of
+ * wrows x k, and a_rows activation rows of k. */
+typedef struct gemm_inputs {
+    uint8_t *wq, *ws;
+    uint16_t *a;
+} gemm_inputs;
+
+static gemm_inputs make_inputs(int wrows, int k, int a_rows, uint64_t *seed)
+{
     const size_t nq = (size_t)N_EXPERTS * wrows * (k / 2), ns = (size_t)N_EXPERTS * wrows * (k / 16);
-    const size_t na = (size_t)a_rows * k, out_bytes = (size_t)rows * n * (c->gated ? 2 : 4);
-    uint8_t *wq = malloc(nq), *ws = malloc(ns), *o1 = malloc(out_bytes), *o0 = malloc(out_bytes);
+    const size_t na = (size_t)a_rows * k;
+    uint8_t *wq = malloc(nq), *ws = malloc(ns);
     uint16_t *a = malloc(na * 2);
     for (size_t i = 0; i < nq; i++) wq[i] = (uint8_t)check_next32(seed);
     /* packed e5m3 scale codes (src/gpu_pack.h) of 2^-4 .. 2^1, some zero */
@@ -66,26 +80,33 @@ static void run_case(const dec_case *c, uint64_t *seed)
         ws[i] = r % 16 == 0 ? 0 : (uint8_t)(((6 + (r >> 4) % 6) << 3) | ((r >> 8) & 7));
     }
     for (size_t i = 0; i < na; i++) a[i] = rand_bf16(seed);
-    const int32_t te[N_SLOTS] = {2, 0, -1, 3};
+    gemm_inputs in = {to_dev(wq, nq), to_dev(ws, ns), to_dev(a, na * 2)};
+    free(wq), free(ws), free(a);
+    return in;
+}
 
-    uint8_t *d_wq, *d_ws, *d_out;
-    uint16_t *d_a;
-    int32_t *d_te;
-    CK(cudaMalloc((void **)&d_wq, nq));
-    CK(cudaMalloc((void **)&d_ws, ns));
-    CK(cudaMalloc((void **)&d_a, na * 2));
-    CK(cudaMalloc((void **)&d_te, sizeof te));
+static void free_inputs(gemm_inputs *in)
+{
+    cudaFree(in->wq), cudaFree(in->ws), cudaFree(in->a);
+}
+
+static void run_case(const dec_case *c, uint64_t *seed)
+{
+    const int n = 64, k = c->k, wrows = c->gated ? 2 * n : n, tt = c->tile_t;
+    const int rows = N_SLOTS * tt, a_rows = rows - c->gap; /* the last slot's last rows: none */
+    const size_t out_bytes = (size_t)rows * n * (c->gated ? 2 : 4);
+    uint8_t *o1 = malloc(out_bytes), *o0 = malloc(out_bytes);
+    gemm_inputs in = make_inputs(wrows, k, a_rows, seed);
+    const int32_t te[N_SLOTS] = {2, 0, -1, 3};
+    int32_t *d_te = to_dev(te, sizeof te);
+    uint8_t *d_out;
     CK(cudaMalloc((void **)&d_out, out_bytes));
-    CK(cudaMemcpy(d_wq, wq, nq, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_ws, ws, ns, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_a, a, na * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_te, te, sizeof te, cudaMemcpyHostToDevice));
 
     fp4_dec_gemm_args p;
     memset(&p, 0, sizeof p);
     p.wfmt = FP4_DEC_W_NVFP4, p.gated = c->gated, p.n = n, p.k = k, p.n_slots = N_SLOTS;
-    p.a = d_a, p.a_rows = a_rows, p.tile_expert = d_te, p.out_rows = rows;
-    p.wq = d_wq, p.ws = d_ws, p.out = d_out, p.tiles_per_warp = c->rt2 ? 2 : 1, p.tile_t = tt;
+    p.a = in.a, p.a_rows = a_rows, p.tile_expert = d_te, p.out_rows = rows;
+    p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.tiles_per_warp = c->rt2 ? 2 : 1, p.tile_t = tt;
 
     const int old_ks2 = fp4_dec_set_ks2_per_sm(c->ks2 ? 0 : 24);
     uint8_t *res[2] = {o0, o1};
@@ -127,8 +148,8 @@ static void run_case(const dec_case *c, uint64_t *seed)
     printf("%s k %d, %d-token slots%s%s, last slot %d rows: %lld bytes equal\n", what, k, tt,
            c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", tt - c->gap, written);
 
-    cudaFree(d_wq), cudaFree(d_ws), cudaFree(d_a), cudaFree(d_te), cudaFree(d_out);
-    free(wq), free(ws), free(o1), free(o0), free(a);
+    free_inputs(&in), cudaFree(d_te), cudaFree(d_out);
+    free(o1), free(o0);
 }
 
 /* sm90-wgmma, gated, 8 slots of 64 padded rows (4 units of two slots). rows[s]: the rows in
@@ -139,40 +160,21 @@ static void run_wgmma_case(int k, const int *rows, const int32_t *expert, const 
 {
     enum { SLOTS = 8 };
     const int n = 128, wrows = 2 * n, prows = SLOTS * 64, a_rows = 200;
-    const size_t nq = (size_t)N_EXPERTS * wrows * (k / 2), ns = (size_t)N_EXPERTS * wrows * (k / 16);
-    const size_t na = (size_t)a_rows * k, out_elems = (size_t)prows * n;
-    uint8_t *wq = malloc(nq), *ws = malloc(ns);
-    uint16_t *a = malloc(na * 2), *o1 = malloc(out_elems * 2), *o0 = malloc(out_elems * 2);
+    const size_t out_elems = (size_t)prows * n;
+    uint16_t *o1 = malloc(out_elems * 2), *o0 = malloc(out_elems * 2);
+    gemm_inputs in = make_inputs(wrows, k, a_rows, seed);
     int32_t rsrc[SLOTS * 64];
-    for (size_t i = 0; i < nq; i++) wq[i] = (uint8_t)check_next32(seed);
-    for (size_t i = 0; i < ns; i++) {
-        const uint32_t r = check_next32(seed);
-        ws[i] = r % 16 == 0 ? 0 : (uint8_t)(((6 + (r >> 4) % 6) << 3) | ((r >> 8) & 7));
-    }
-    for (size_t i = 0; i < na; i++) a[i] = rand_bf16(seed);
     for (int r = 0; r < prows; r++)
         rsrc[r] = r % 64 < rows[r / 64] ? (int32_t)(check_next32(seed) % a_rows) : -1;
-
-    uint8_t *d_wq, *d_ws;
-    uint16_t *d_a, *d_out;
-    int32_t *d_te, *d_rsrc;
-    CK(cudaMalloc((void **)&d_wq, nq));
-    CK(cudaMalloc((void **)&d_ws, ns));
-    CK(cudaMalloc((void **)&d_a, na * 2));
-    CK(cudaMalloc((void **)&d_te, SLOTS * sizeof(int32_t)));
-    CK(cudaMalloc((void **)&d_rsrc, sizeof rsrc));
+    int32_t *d_te = to_dev(expert, SLOTS * sizeof(int32_t)), *d_rsrc = to_dev(rsrc, sizeof rsrc);
+    uint16_t *d_out;
     CK(cudaMalloc((void **)&d_out, out_elems * 2));
-    CK(cudaMemcpy(d_wq, wq, nq, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_ws, ws, ns, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_a, a, na * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_te, expert, SLOTS * sizeof(int32_t), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_rsrc, rsrc, sizeof rsrc, cudaMemcpyHostToDevice));
 
     fp4_mma_gemm_args p;
     memset(&p, 0, sizeof p);
     p.wfmt = FP4_MMA_W_NVFP4, p.gated = 1, p.n = n, p.k = k, p.n_tiles_m = SLOTS;
-    p.a = d_a, p.a_rows = a_rows, p.tile_expert = d_te, p.row_src = d_rsrc, p.out_rows = prows;
-    p.wq = d_wq, p.ws = d_ws, p.out = d_out, p.rows_per_expert = 40; /* below WG_DEEP_ROWS */
+    p.a = in.a, p.a_rows = a_rows, p.tile_expert = d_te, p.row_src = d_rsrc, p.out_rows = prows;
+    p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.rows_per_expert = 40; /* below WG_DEEP_ROWS */
     uint16_t *res[2] = {o0, o1};
     for (int on = 1; on >= 0; on--) {
         fp4_sm90_wgmma_set_scale_chunks(on);
@@ -204,8 +206,8 @@ static void run_wgmma_case(int k, const int *rows, const int32_t *expert, const 
           name, nonzero, used);
     printf("sm90-wgmma gated k %d, %s: %lld values equal\n", k, name, (long long)out_elems);
 
-    cudaFree(d_wq), cudaFree(d_ws), cudaFree(d_a), cudaFree(d_te), cudaFree(d_rsrc), cudaFree(d_out);
-    free(wq), free(ws), free(a), free(o1), free(o0);
+    free_inputs(&in), cudaFree(d_te), cudaFree(d_rsrc), cudaFree(d_out);
+    free(o1), free(o0);
 }
 #endif
 
