@@ -353,7 +353,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     constexpr bool DD = DEEP && GATED && NT >= 128; /* 128, or 144 / 160 with a tail */
     constexpr bool DC = DD || (SC && GATED);          /* ... or any body with scale chunks */
     static_assert(!DEEP || GATED, "DEEP: the gated kernel only");
-    static_assert(!SC || (GATED && !DEEP), "scale chunks: the gated kernel's bodies");
+    static_assert(!SC || GATED, "scale chunks: the gated kernel's bodies");
     constexpr int STAGE =
         DC ? BB + WG_W_BYTES : (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
     constexpr int NST = DD ? (NT > 128 ? WG_EXT_ST : WG_DEEP_ST)
@@ -998,11 +998,12 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
     /* the BIG and DEEP kernels first, without a flag: wg_ready is set only when every kernel
      * is ready. Two of their CTAs need nearly all of the SM's shared memory: ask for the
      * largest carveout. */
-    const void *big[3] = {(const void *)fp4_sm90_wgmma_res_kernel<false, false, true>,
+    const void *big[4] = {(const void *)fp4_sm90_wgmma_res_kernel<false, false, true>,
                           (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>,
-                          (const void *)fp4_sm90_wgmma_kernel<true, false, true>};
-    cudaError_t err = wg_kernels_init(NULL, big, 3, WG_SMEM128); /* >= WG_SMEM_DEEP */
-    for (int i = 0; i < 3 && err == cudaSuccess; i++)
+                          (const void *)fp4_sm90_wgmma_kernel<true, false, true>,
+                          (const void *)fp4_sm90_wgmma_kernel<true, false, true, true>};
+    cudaError_t err = wg_kernels_init(NULL, big, 4, WG_SMEM128); /* >= WG_SMEM_DEEP */
+    for (int i = 0; i < 4 && err == cudaSuccess; i++)
         err = cudaFuncSetAttribute(big[i], cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
@@ -1017,8 +1018,14 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
     return wg_kernels_init(wg_ready, kern, 8, WG_SMEM);
 }
 
-/* Scale chunks below WG_DEEP_ROWS (wg_sc_slots): on unless a test turns them off to compare. */
-static int wg_sc_on = 1;
+/* Scale chunks in the gated bodies below 128 tokens (wg_sc_slots): on unless a test turns
+ * them off to compare; wg_last_sc: did the last launch run them (a test's check). */
+static int wg_sc_on = 1, wg_last_sc;
+
+extern "C" int fp4_sm90_wgmma_last_scale_chunks(void)
+{
+    return wg_last_sc;
+}
 
 extern "C" int fp4_sm90_wgmma_set_scale_chunks(int on)
 {
@@ -1073,14 +1080,19 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
      * H200, layer, against the 4-stage form (2026-11-30): -2.1 / -1.8% at 96 rows per expert
      * (M=1536 top-8, M=3072 top-4), -1.9 / -2.1% at 128, -2.9% at 256; but +1.0% at 80 and
      * +5% at 64, where most tiles are narrower and run the common bodies, whose 4-byte scale
-     * copies go through an L1 of 28 KB under the DEEP form's carveout. 81-95: not measured. */
+     * copies go through an L1 of 28 KB under the DEEP form's carveout. 81-95: not measured.
+     * With the scale chunks in every body (2026-12-01) DEEP from 49 rows still lost: +1.3 /
+     * +2.3% at 64 rows per expert (top-8 / top-4), +2.2% at 80; so not the L1. */
     /* 16-byte chunks of a row's scales per 4 K tiles (DEEP, and scale chunks below it) */
     const int chunks = p->k % 256 == 0 && !((uintptr_t)p->ws & 15);
     const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && chunks;
-    if (deep) {
-        kern = (const void *)fp4_sm90_wgmma_kernel<true, false, true>;
+    wg_last_sc = p->gated && chunks && wg_sc_on;
+    if (deep) { /* its bodies below 128 tokens with scale chunks too (wg_sc_on): H200, layer,
+                 * -1.3 / -1.4% at 96 rows per expert, -0.2 to -0.5% at 128-256 */
+        kern = wg_sc_on ? (const void *)fp4_sm90_wgmma_kernel<true, false, true, true>
+                        : (const void *)fp4_sm90_wgmma_kernel<true, false, true>;
         smem = WG_SMEM_DEEP;
-    } else if (p->gated && chunks && wg_sc_on) { /* below: scale chunks (wg_sc_slots) */
+    } else if (wg_last_sc) { /* below: scale chunks (wg_sc_slots) */
         kern = (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>;
     } else if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
     else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;

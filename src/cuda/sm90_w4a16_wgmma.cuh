@@ -29,11 +29,15 @@ int fp4_sm90_wgmma_gemm_serves(const fp4_mma_gemm_args *args);
  * for BF16 weights, cudaErrorInvalidValue for bad shapes / pointers (a, out 16-byte aligned). */
 cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *args, cudaStream_t stream);
 
-/* Scale chunks (on by default): the gated kernel below WG_DEEP_ROWS rows per expert copies
- * its block scales 16 bytes a row per 4 K tiles where k % 256 == 0 and ws is 16-byte aligned,
- * instead of 4 bytes per K tile; the output is the same bit for bit. 0 turns them off (tests
- * compare both); returns the previous setting. Not thread-safe: set it before any forward. */
+/* Scale chunks (on by default): the gated kernel's bodies below 128 tokens copy their block
+ * scales 16 bytes a row per 4 K tiles where k % 256 == 0 and ws is 16-byte aligned, instead
+ * of 4 bytes per K tile (the DEEP form's 128-token body always does); the output is the same
+ * bit for bit. 0 turns them off (tests compare both); returns the previous setting. Not
+ * thread-safe: set it before any forward. */
 int fp4_sm90_wgmma_set_scale_chunks(int on);
+/* 1 when the last fp4_sm90_wgmma_gemm launch (or try) ran the scale chunks: tests check that
+ * the switch reached them. Not thread-safe, like the setter. */
+int fp4_sm90_wgmma_last_scale_chunks(void);
 
 #ifdef __cplusplus
 }

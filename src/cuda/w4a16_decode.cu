@@ -1059,9 +1059,12 @@ static bool dec_ks2_pays(long long blocks)
     return n_sm > 0 && blocks >= (long long)dec_ks2_per_sm * n_sm;
 }
 
+static int dec_last_sc; /* fp4_dec_last_scale_chunks */
+
 template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
+    dec_last_sc = SC;
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = dec_block_tiles(KS, RT);
     const int grid_y = (n_tiles + per_block - 1) / per_block; /* KS 8 RT 1: one tile a block */
     if (grid_y > 65535) return cudaErrorInvalidValue;
@@ -1122,6 +1125,11 @@ extern "C" int fp4_dec_set_scale_chunks(int on)
     const int old = dec_sc_on;
     dec_sc_on = on != 0;
     return old;
+}
+
+extern "C" int fp4_dec_last_scale_chunks(void)
+{
+    return dec_last_sc;
 }
 
 static bool dec_scale_chunks(const fp4_dec_gemm_args *p, int ks)

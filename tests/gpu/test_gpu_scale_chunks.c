@@ -1,13 +1,15 @@
 /*
  * test_gpu_scale_chunks.c - scale chunks: where a K slice's block scales are 16-byte aligned
  * in the scale array, the decode GEMM (fp4_dec_set_scale_chunks: K-split launches, a row's
- * scales 4 groups per copy) and the sm90-wgmma gated GEMM below its DEEP form
+ * scales 4 groups per copy) and the sm90-wgmma gated GEMM's bodies below 128 tokens
  * (fp4_sm90_wgmma_set_scale_chunks: 16 bytes a row per 4 K tiles, past L1) copy them in
  * chunks; their output must equal the per-group / per-K-tile copies' bit for bit, since the
  * same scale words reach the same instructions. Each case runs one launch twice on the same
  * random weights, scales and activations (switch on, then off) and compares the outputs byte
- * for byte; it also checks that every row that has a token was written (no poison left) and
- * that the output is not all zeros. A failed sm90-wgmma init on an sm_90 device fails.
+ * for byte; it also checks that every row that has a token was written (no poison left),
+ * that the output is not all zeros, and that the launcher ran the chunked kernel exactly
+ * when it should (fp4_dec_last_scale_chunks, fp4_sm90_wgmma_last_scale_chunks). A failed
+ * sm90-wgmma init on an sm_90 device fails.
  * Decode: gated (FC1) and plain (FC2), 8-token slots at KS 8 with one and two m16 tiles per
  * warp, and KS 2 (the launcher's bound lowered to 0) with 8-, 16- and 32-token slots (the
  * last 32-token slot running 4, 3, 2 or 1 of its n8 tiles), at K = 2048, 6144 and 8192
@@ -15,8 +17,10 @@
  * groups: per-group copies at KS 8, chunks at KS 2); an empty slot (expert -1) and a last
  * slot whose last rows have no token. Compared: the rows that hold a token.
  * sm90-wgmma (sm_90 devices only): gated, K = 256, 2048 and 6144, two slot tables that run
- * every body of the kernel below WG_DEEP_ROWS (128, 96, 80 tokens as pairs of one expert's
- * slots; 64, 48, 32, 24 and 16 alone), n = 128 (two column tiles).
+ * every body of the kernel (128, 96, 80 tokens as pairs of one expert's slots; 64, 48, 32, 24
+ * and 16 alone), n = 128 (two column tiles), at 40 rows per expert (below WG_DEEP_ROWS) and
+ * 100 (the DEEP kernel, whose bodies below 128 tokens take the chunks too), and at 100 a
+ * third table of pairs with an expert's tail (144 and 160 tokens).
  * The values themselves are checked against the CPU reference by test_gpu_moe (its tp8 and
  * tiny shapes take the chunks).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
@@ -114,6 +118,13 @@ static void run_case(const dec_case *c, uint64_t *seed)
         fp4_dec_set_scale_chunks(on);
         CK(cudaMemset(d_out, on ? 0x7b : 0x5c, out_bytes)); /* different poison per run */
         CK(fp4_dec_gemm(&p, 0));
+        /* the kernel that ran: chunks when on, except K = 1536 at KS 8 (24 groups, not a
+         * multiple of 4 x 8) */
+        const int want = on && !(k == 1536 && tt == 8 && !c->ks2);
+        CHECK(fp4_dec_last_scale_chunks() == want,
+              "decode %s k %d tile_t %d ks2 %d, switch %d: scale chunks %s, expected %s",
+              c->gated ? "gated" : "plain", k, tt, c->ks2, on,
+              fp4_dec_last_scale_chunks() ? "ran" : "did not run", want ? "ran" : "not");
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(res[on], d_out, out_bytes, cudaMemcpyDeviceToHost));
     }
@@ -155,8 +166,8 @@ static void run_case(const dec_case *c, uint64_t *seed)
 /* sm90-wgmma, gated, 8 slots of 64 padded rows (4 units of two slots). rows[s]: the rows in
  * use of slot s (a prefix), expert[s] its expert (-1: none); a unit's two slots hold one
  * expert or the second none, as fp4_moe_group's align 2 makes them. */
-static void run_wgmma_case(int k, const int *rows, const int32_t *expert, const char *name,
-                           uint64_t *seed)
+static void run_wgmma_case(int k, int rpe, const int *rows, const int32_t *expert,
+                           const char *name, uint64_t *seed)
 {
     enum { SLOTS = 8 };
     const int n = 128, wrows = 2 * n, prows = SLOTS * 64, a_rows = 200;
@@ -174,12 +185,15 @@ static void run_wgmma_case(int k, const int *rows, const int32_t *expert, const 
     memset(&p, 0, sizeof p);
     p.wfmt = FP4_MMA_W_NVFP4, p.gated = 1, p.n = n, p.k = k, p.n_tiles_m = SLOTS;
     p.a = in.a, p.a_rows = a_rows, p.tile_expert = d_te, p.row_src = d_rsrc, p.out_rows = prows;
-    p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.rows_per_expert = 40; /* below WG_DEEP_ROWS */
+    p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.rows_per_expert = rpe; /* DEEP above 88 */
     uint16_t *res[2] = {o0, o1};
     for (int on = 1; on >= 0; on--) {
         fp4_sm90_wgmma_set_scale_chunks(on);
         CK(cudaMemset(d_out, 0x7b, out_elems * 2)); /* bf16 0x7b7b: 1.3e36, never an output */
         CK(fp4_sm90_wgmma_gemm(&p, 0));
+        CHECK(fp4_sm90_wgmma_last_scale_chunks() == on,
+              "sm90-wgmma gated k %d rpe %d, switch %d: scale chunks did%s run", k, rpe, on,
+              on ? " not" : "");
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(res[on], d_out, out_elems * 2, cudaMemcpyDeviceToHost));
     }
@@ -198,13 +212,14 @@ static void run_wgmma_case(int k, const int *rows, const int32_t *expert, const 
             poison += o1[i] == 0x7b7b;
             nonzero += o1[i] != 0;
         }
-    CHECK(diff == 0, "sm90-wgmma gated k %d, %s: %lld values differ with scale chunks off, first %lld",
-          k, name, diff, first);
-    CHECK(poison == 0, "sm90-wgmma gated k %d, %s: %lld of %lld values of rows in use unwritten", k,
-          name, poison, used);
-    CHECK(nonzero > used / 2, "sm90-wgmma gated k %d, %s: only %lld of %lld values non-zero", k,
-          name, nonzero, used);
-    printf("sm90-wgmma gated k %d, %s: %lld values equal\n", k, name, (long long)out_elems);
+    CHECK(diff == 0, "sm90-wgmma gated k %d rpe %d, %s: %lld values differ with scale chunks off, "
+          "first %lld", k, rpe, name, diff, first);
+    CHECK(poison == 0, "sm90-wgmma gated k %d rpe %d, %s: %lld of %lld values of rows in use "
+          "unwritten", k, rpe, name, poison, used);
+    CHECK(nonzero > used / 2, "sm90-wgmma gated k %d rpe %d, %s: only %lld of %lld values non-zero",
+          k, rpe, name, nonzero, used);
+    printf("sm90-wgmma gated k %d rpe %d, %s: %lld values equal\n", k, rpe, name,
+           (long long)out_elems);
 
     free_inputs(&in), cudaFree(d_te), cudaFree(d_rsrc), cudaFree(d_out);
     free(o1), free(o0);
@@ -246,11 +261,19 @@ int main(void)
         /* alone: 64, 48, 32 (30 rows), 24 (20 rows) */
         static const int rows_b[8] = {64, 0, 48, 0, 30, 0, 20, 0};
         static const int32_t exp_b[8] = {2, -1, 0, -1, 1, -1, 3, -1};
+        /* DEEP only: pairs with an expert's tail, 144 (10 rows) and 160 (30 rows) tokens */
+        static const int rows_c[8] = {64, 64, 10, 0, 64, 64, 30, 0};
+        static const int32_t exp_c[8] = {0, 0, 0, -1, 1, 1, 1, -1};
         static const int wk[] = {256, 2048, 6144};
-        for (int i = 0; i < 3 && err == cudaSuccess; i++) {
-            run_wgmma_case(wk[i], rows_a, exp_a, "128 / 96 / 80 / 16 tokens", &seed);
-            run_wgmma_case(wk[i], rows_b, exp_b, "64 / 48 / 32 / 24 tokens", &seed);
-        }
+        /* 40 rows per expert: the scale-chunk kernel; 100: the DEEP kernel, whose bodies
+         * below 128 tokens take the chunks too */
+        for (int i = 0; i < 3 && err == cudaSuccess; i++)
+            for (int rpe = 40; rpe <= 100; rpe += 60) {
+                run_wgmma_case(wk[i], rpe, rows_a, exp_a, "128 / 96 / 80 / 16 tokens", &seed);
+                run_wgmma_case(wk[i], rpe, rows_b, exp_b, "64 / 48 / 32 / 24 tokens", &seed);
+                if (rpe > 88)
+                    run_wgmma_case(wk[i], rpe, rows_c, exp_c, "144 / 160 tokens (tails)", &seed);
+            }
     } else {
         printf("SKIP: sm90-wgmma needs an sm_90 GPU (this is sm_%d%d)\n", ma, mi);
     }
