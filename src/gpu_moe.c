@@ -6,9 +6,10 @@
  * every kernel of it is a programmatic dependent launch (src/cuda/device_util.cuh), so a
  * kernel's blocks launch while the one before finishes and wait for it on the device.
  * Device layout (FP4_GPU_K_MMA, see src/cuda/w4a16_mma_gemm.cuh):
- *   routed W13 [E][2I][H/2] packed e2m1, gate rows then up rows, and S13 [E][2I][H/16] block
- *   scales, both packed by fp4_gpu_pack_nvfp4 (gpu_pack.h: codes in the mma fragment nibble
- *   order per 32-byte group, scales as e5m3); G13 [E][2] fp32 (gate, up); W2 [E][H][I/2],
+ *   routed W13 (E 2I rows of H/2 bytes) packed e2m1, gate rows then up rows, and S13
+ *   [E][2I][H/16] block scales, both packed by fp4_gpu_pack_nvfp4 (gpu_pack.h: codes in the
+ *   mma fragment nibble order per 32-byte group, in tiles of 8 rows x 32 bytes, scales as
+ *   e5m3); G13 [E][2] fp32 (gate, up); W2 (E H rows of I/2 bytes),
  *   S2 [E][H][I/16] packed the same way, G2 [E]. Router [E, H] fp32 (the decode router)
  *   and as three bf16 planes [3][E, H] (fp4_gpu_router_split: the tensor-core router), bias [E].
  *   Shared expert: nvfp4 -> the same layout with E = 1; mxfp8 / bf16 -> bf16 [2Is][H], [H][Is].
@@ -340,10 +341,11 @@ static fp4moe_status stage_nvfp4(const fp4_linear *l, uint8_t *wq, uint8_t *ws, 
 {
     size_t bad = 0;
     const int rc = fp4_gpu_pack_nvfp4(l->w, l->scale, l->n, l->k, wq, ws, &bad);
-    if (rc == -2) /* checked before, at create */
+    if (rc == -2) /* checked before, at create (H, I multiples of 64) */
         return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
-                        "GPU MoE: layer %d %s: in_features %d is not a multiple of 64", layer,
-                        name, l->k);
+                        "GPU MoE: layer %d %s: shape [%d, %d]: the packed layout needs "
+                        "out_features %% 8 == 0 and in_features %% 64 == 0", layer, name, l->n,
+                        l->k);
     if (rc)
         return fp4_fail(e, FP4MOE_ERR_FORMAT,
                         "GPU MoE: layer %d %s: block scale [%zu, %zu] is an e4m3 NaN (0x%02x); "

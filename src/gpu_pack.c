@@ -37,11 +37,11 @@ static uint32_t pair_bits(int i, uint8_t codes)
 int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uint8_t *wq,
                        uint8_t *ws, size_t *bad)
 {
-    if (n < 0 || k < 0 || k % 64) return -2; /* whole 64-groups only */
+    if (n < 0 || k < 0 || k % 64 || n % FP4_WQ_ROWS) return -2; /* whole groups and blocks */
     const size_t rb = (size_t)k / 2, nb = (size_t)k / 16;
     for (int r = 0; r < n; r++) {
         const uint8_t *src = w + r * rb, *sc = scale + r * nb;
-        uint8_t *dst = wq + r * rb, *sd = ws + r * nb;
+        uint8_t *dst = wq + fp4_wq_row((size_t)r, k), *sd = ws + r * nb;
         for (size_t g0 = 0; g0 < rb; g0 += 32) {
             uint8_t tmp[32]; /* the group's codes, block j in bytes 8 j .. 8 j + 7 */
             memcpy(tmp, src + g0, 32);
@@ -63,7 +63,8 @@ int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uin
                         const int k0 = 16 * (2 * v + (i >> 1)) + 2 * t + 8 * (i & 1);
                         word |= pair_bits(i, tmp[k0 / 2]); /* elements k0, k0 + 1 */
                     }
-                    for (int b = 0; b < 4; b++) dst[g0 + 8 * t + 4 * v + b] = (uint8_t)(word >> (8 * b));
+                    for (int b = 0; b < 4; b++) /* group g0 / 32 of the row's block */
+                        dst[g0 / 32 * FP4_WQ_TILE + 8 * t + 4 * v + b] = (uint8_t)(word >> (8 * b));
                 }
         }
     }

@@ -5,10 +5,13 @@
  * independent of the library's codecs. The packed scale is expanded the way the kernels do
  * it, (b << 4) + ((117 + K) << 7) read as bf16, for K = 0 (mma, sm90-wgmma) and K = 119
  * (decode); the packed codes are read back the way the kernels do (a shift or rotate and a
- * mask per pair, the bits read as bf16 times 2^-126).
+ * mask per pair, the bits read as bf16 times 2^-126), each row's 32-byte group found in its
+ * tile of 8 rows (the tiled layout, computed here from its description).
  * Checks: all 256 e4m3 codes (NaN refused, zero -> 0, every other value exact at both K),
  * then random rows with every scale code but NaN (zero, subnormal, negative) and random codes:
- * code * scale equal for every element; NaN in a row reports its index; input untouched.
+ * code * scale equal for every element (24 rows: 3 blocks), the elements' bytes covering
+ * wq exactly once;
+ * NaN in a row reports its index; k % 64 or n % 8 refused; input untouched.
  */
 #include <math.h>
 #include <stdint.h>
@@ -81,14 +84,23 @@ static uint32_t kernel_pair(uint32_t q, int p)
     return ((q << 6) & 0x80c080c0u) | ((q >> 2) & 0x01000100u);
 }
 
-/* Value of element elem of a packed row as the kernels read it: pair i of word v of lane
- * quad t, where the element's k16 block is j = 2 v + i / 2 and its offset 2 t + 8 (i % 2)
- * (+ 1: the high half); bf16 bits times 2^126. Bits outside the value's are an error. */
-static double packed_value(const uint8_t *wq_row, int elem)
+/* Offset of row r's 32 bytes of group g in a packed matrix of kc columns: in the tile of 8
+ * rows x 32 bytes of rows 8 (r / 8) .. 8 (r / 8) + 7, the tiles of one block of rows
+ * following each other along K (written here from gpu_pack.h's text, not with fp4_wq_row). */
+static size_t tiled_off(int r, int kc, int g)
+{
+    return ((size_t)(r / 8) * (kc / 64) + g) * 256 + (size_t)(r % 8) * 32;
+}
+
+/* Value of element elem of row r of a packed matrix of kc columns as the kernels read it:
+ * in the row's 32 bytes of group elem / 64 (tiled_off), pair i of word v of lane quad t, where
+ * the element's k16 block is j = 2 v + i / 2 and its offset 2 t + 8 (i % 2) (+ 1: the high
+ * half); bf16 bits times 2^126. Bits outside the value's are an error. */
+static double packed_value(const uint8_t *wq, int r, int kc, int elem)
 {
     int k = elem % 64, j = k / 16, rem = k % 16, h = rem / 8, t = (rem % 8) / 2, odd = rem % 2;
     int v = j / 2, i = (j % 2) * 2 + h;
-    const uint8_t *wb = wq_row + elem / 64 * 32 + 8 * t + 4 * v;
+    const uint8_t *wb = wq + tiled_off(r, kc, elem / 64) + 8 * t + 4 * v;
     uint32_t q = wb[0] | (uint32_t)wb[1] << 8 | (uint32_t)wb[2] << 16 | (uint32_t)wb[3] << 24;
     uint32_t half = kernel_pair(q, i) >> (16 * odd) & 0xffff;
     CHECK((half & ~0x81c0u) == 0, "elem %d: pair bits 0x%04x outside sign and magnitude", elem,
@@ -98,7 +110,7 @@ static double packed_value(const uint8_t *wq_row, int elem)
 
 static void check_rows(void)
 {
-    enum { N = 7, K = 256, NB = K / 16 };
+    enum { N = 24, K = 256, NB = K / 16 }; /* 3 blocks of 8 rows, 4 groups a row */
     static uint8_t w[N * K / 2], s[N * NB], w0[N * K / 2], s0[N * NB], wq[N * K / 2], ws[N * NB];
     for (int rep = 0; rep < 40; rep++) {
         for (size_t i = 0; i < sizeof w; i++) w[i] = (uint8_t)next32();
@@ -120,7 +132,7 @@ static void check_rows(void)
                 int b = e / 16;
                 int code = w[r * K / 2 + e / 2] >> (4 * (e & 1)) & 15;
                 double want = e2m1(code) * e4m3(s[r * NB + b]);
-                double pv = packed_value(wq + r * K / 2, e);
+                double pv = packed_value(wq, r, K, e);
                 int sc = ws[r * NB + b];
                 for (int k = 0; k <= 119; k += 119) {
                     double got = pv * ldexp(sc ? expand(sc, k) : 0.0, -k);
@@ -131,11 +143,23 @@ static void check_rows(void)
             }
         CHECK(wrong == 0, "rep %d: %d elements differ", rep, wrong);
     }
+    /* the words read above (row r, group g, lane quad t, word v) cover wq once each */
+    static uint8_t seen[N * K / 2];
+    int twice = 0, missed = 0;
+    for (int r = 0; r < N; r++)
+        for (int g = 0; g < K / 64; g++)
+            for (int q = 0; q < 8; q++) { /* word q = 2 t + v: bytes 4 q .. 4 q + 3 */
+                const size_t off = tiled_off(r, K, g) + 4 * q;
+                for (int b = 0; b < 4; b++) twice += seen[off + b]++ > 0;
+            }
+    for (size_t i = 0; i < sizeof seen; i++) missed += seen[i] == 0;
+    CHECK(twice == 0 && missed == 0, "tiled offsets: %d bytes read twice, %d never", twice,
+          missed);
 }
 
 static void check_nan(void)
 {
-    enum { N = 3, K = 128, NB = K / 16 };
+    enum { N = 8, K = 128, NB = K / 16 };
     static uint8_t w[N * K / 2], s[N * NB], wq[N * K / 2], ws[N * NB];
     for (size_t i = 0; i < sizeof s; i++) s[i] = 0x38;
     s[2 * NB + 5] = 0x7f;
@@ -143,8 +167,10 @@ static void check_nan(void)
     int rc = fp4_gpu_pack_nvfp4(w, s, N, K, wq, ws, &bad);
     CHECK(rc == -1 && bad == 2 * NB + 5, "NaN scale: rc %d, bad %zu, expected -1, %d", rc, bad,
           2 * NB + 5);
-    rc = fp4_gpu_pack_nvfp4(w, s, 1, 96, wq, ws, &bad);
+    rc = fp4_gpu_pack_nvfp4(w, s, 8, 96, wq, ws, &bad);
     CHECK(rc == -2, "k = 96 (not whole 64-groups): rc %d, expected -2", rc);
+    rc = fp4_gpu_pack_nvfp4(w, s, 7, 128, wq, ws, &bad);
+    CHECK(rc == -2, "n = 7 (not whole blocks of 8 rows): rc %d, expected -2", rc);
 }
 
 int main(void)

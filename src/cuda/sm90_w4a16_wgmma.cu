@@ -53,10 +53,11 @@
 
 #include "sm90_w4a16_wgmma.cuh"
 #include "device_util.cuh"
+#include "gpu_pack.h"
 #include "wgmma_util.cuh"
 
 #define WG_THREADS 256
-#define WG_BK 64                       /* K per tile */
+#define WG_BK 64                       /* K per tile: one group of the tiled codes */
 #define WG_BW 128                      /* weight rows per CTA (64 per warpgroup) */
 #define WG_W_BYTES (WG_BW * WG_BK / 2) /* packed e2m1, permuted rows of 32 bytes */
 #define WG_S_BYTES (WG_BW * WG_BK / 16)
@@ -91,6 +92,10 @@
                                           L1 of 28 KB: why the scales go past it) */
 #if WG_SMEM_DEEP > WG_SMEM128
 #error "the DEEP kernel's shared memory is set up with WG_SMEM128"
+#endif
+
+#if WG_BK != 64
+#error "a K tile must be one 64-element group of the tiled codes (gpu_pack.h)"
 #endif
 
 #ifdef FP4_WG_SM90
@@ -401,7 +406,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     auto aim = [&](int ct) {
         const int wr = wg_weight_row<GATED, STRIP>(tid >> 1, ct, n);
         w_bytes = wr >= 0 ? 16 : 0;
-        w_src = p.wq + ((size_t)expert * n_wrows + (wr >= 0 ? wr : 0)) * (k / 2) + (tid & 1) * 16;
+        w_src = p.wq + fp4_wq_row((size_t)expert * n_wrows + (wr >= 0 ? wr : 0), k) +
+                (tid & 1) * 16; /* the tiled codes (gpu_pack.h) */
         if (tid < WG_BW) {
             const int sr = wg_weight_row<GATED, STRIP>(tid, ct, n);
             s_bytes = sr >= 0 ? 4 : 0;
@@ -418,7 +424,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
                 b_src[i] += WG_BK;
             }
         cp_async16(base + BB + tid * 16, w_src, w_bytes);
-        w_src += WG_BK / 2;
+        w_src += FP4_WQ_TILE;
         if (DC) { /* K tiles l_kt .. l_kt + 3: their scales into slot (l_kt / 4) % NSC */
             if (tid < WG_BW && (l_kt & 3) == 0) {
                 cp_async16(sbase + NST * STAGE + ((l_kt >> 2) & (NSC - 1)) * WG_DEEP_SC +
@@ -679,7 +685,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         const int wr = ct * WG_BW + wg_plain_col(tid >> 1), sr = ct * WG_BW + wg_plain_col(tid);
         w_bytes = wr < n ? 16 : 0;
         s_bytes = sr < n ? 4 : 0;
-        w_src = p.wq + ((size_t)expert * n + (wr < n ? wr : 0)) * (k / 2) + (tid & 1) * 16;
+        w_src = p.wq + fp4_wq_row((size_t)expert * n + (wr < n ? wr : 0), k) + (tid & 1) * 16;
         s_src = p.ws + ((size_t)expert * n + (sr < n ? sr : 0)) * (k / 16);
     };
     if constexpr (!TIGHT) aim(l_ct);
@@ -689,7 +695,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
                       sr = l_ct * WG_BW + wg_plain_col(tid);
             const size_t e_row = (size_t)expert * n;
             cp_async16(rbase + off + tid * 16,
-                       p.wq + (e_row + (wr < n ? wr : 0)) * (k / 2) + l_kt * (WG_BK / 2) +
+                       p.wq + fp4_wq_row(e_row + (wr < n ? wr : 0), k) + l_kt * FP4_WQ_TILE +
                            (tid & 1) * 16,
                        wr < n ? 16 : 0);
             if (tid < WG_BW)
@@ -701,7 +707,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
             cp_async16(rbase + off + tid * 16, w_src, w_bytes);
             if (tid < WG_BW) cp_async4(rbase + off + WG_W_BYTES + tid * 4, s_src, s_bytes);
             if (++l_kt == nk) l_kt = 0, aim(++l_ct);
-            else w_src += WG_BK / 2, s_src += WG_BK / 16;
+            else w_src += FP4_WQ_TILE, s_src += WG_BK / 16;
         }
     };
     auto next_stage = [](uint32_t off) { return off + STAGE == NST * STAGE ? 0u : off + STAGE; };

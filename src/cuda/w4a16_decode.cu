@@ -43,6 +43,7 @@
 
 #include "w4a16_decode.cuh"
 #include "device_util.cuh"
+#include "gpu_pack.h"
 #include "route_select.cuh"
 
 #define DEC_THREADS 256
@@ -200,7 +201,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         bool cw_ok[RT];
 #pragma unroll
         for (int j = 0; j < RT; j++) {
-            cw[j] = p.wq + wrow(j, lane >> 4, (lane >> 1) & 7) * (k / 2) + 16 * (lane & 1);
+            cw[j] = p.wq + fp4_wq_row(wrow(j, lane >> 4, (lane >> 1) & 7), k) + 16 * (lane & 1);
             cw_ok[j] = tok[j];
         }
         const int sr = lane & (RR - 1);
@@ -217,7 +218,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
          * copy's offset from them is a constant). */
         const uint8_t *cwp[RT];
 #pragma unroll
-        for (int j = 0; j < RT; j++) cwp[j] = cw[j] + 32 * gb0;
+        for (int j = 0; j < RT; j++) cwp[j] = cw[j] + FP4_WQ_TILE * gb0;
         const uint8_t *csp = cs + 4 * gb0;
         const bool s_lane = lane < RR; /* this lane copies a scale word */
         /* Copy group o of the pass (o < left: it exists) into ring stage st, one commit
@@ -226,7 +227,8 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
             if (o < left) {
 #pragma unroll
                 for (int j = 0; j < RT; j++)
-                    cp_async16_pf(wdst + st * WSTAGE + j * 512, cwp[j] + 32 * o, cw_ok[j] ? 16 : 0);
+                    cp_async16_pf(wdst + st * WSTAGE + j * 512, cwp[j] + FP4_WQ_TILE * o,
+                                  cw_ok[j] ? 16 : 0);
             }
             if constexpr (SC) {
                 if (o % DEC_UN == 0 && o < left && s_lane) {
@@ -398,7 +400,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
                 else step(i + u, u, left, ro + u, u ? ro + u - 1 : rp, u == 0, xa, xb);
             }
 #pragma unroll
-            for (int j = 0; j < RT; j++) cwp[j] += 32 * UN;
+            for (int j = 0; j < RT; j++) cwp[j] += FP4_WQ_TILE * UN;
             csp += 4 * UN;
             if constexpr (SC) pslot = pslot + 1 == SQ ? 0 : pslot + 1;
 #pragma unroll

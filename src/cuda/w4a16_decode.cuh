@@ -17,7 +17,7 @@ extern "C" {
 #define FP4_DEC_TILE_T 8 /* tokens per slot (the mma N width) unless tile_t says 16 or 32 */
 
 typedef enum fp4_dec_wfmt {
-    FP4_DEC_W_NVFP4 = 0, /* wq [E][rows][K/2], ws [E][rows][K/16] packed (src/gpu_pack.h) */
+    FP4_DEC_W_NVFP4 = 0, /* wq: codes in 8-row tiles, ws [E][rows][K/16] (src/gpu_pack.h) */
     FP4_DEC_W_BF16       /* wb [E][rows][K] bf16 */
 } fp4_dec_wfmt;
 

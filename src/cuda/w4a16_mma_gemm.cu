@@ -22,9 +22,13 @@
 
 #include "w4a16_mma_gemm.cuh"
 #include "device_util.cuh"
+#include "gpu_pack.h"
 
 #define BM FP4_MMA_TILE_M
 #define BK FP4_MMA_TILE_K
+#if BK != 64
+#error "a K tile must be one 64-element group of the tiled codes (gpu_pack.h)"
+#endif
 #define BW 128               /* weight rows per tile */
 #define NST 3                /* pipeline stages */
 #define THREADS 128
@@ -79,13 +83,13 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
     const uint16_t *wb_ptr[8];
     int wb_ok[8];
     if (wfmt == FP4_MMA_W_NVFP4) {
-        const uint8_t *wq_e = p.wq + (size_t)expert * n_wrows * (k / 2);
         const uint8_t *ws_e = p.ws + (size_t)expert * n_wrows * (k / 16);
 #pragma unroll
         for (int i = 0; i < 2; i++) { /* chunk c = tid + 128 i: row c >> 1, half c & 1 */
             int c = tid + THREADS * i, wr = WROW(c >> 1);
             wq_ok[i] = wr >= 0;
-            wq_ptr[i] = wq_e + (size_t)(wr >= 0 ? wr : 0) * (k / 2) + (c & 1) * 16;
+            wq_ptr[i] = p.wq + fp4_wq_row((size_t)expert * n_wrows + (wr >= 0 ? wr : 0), k) +
+                        (c & 1) * 16; /* the tiled codes (gpu_pack.h) */
         }
         int wr = WROW(tid);
         ws_ok = wr >= 0;
@@ -119,7 +123,7 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
         if (wfmt == FP4_MMA_W_NVFP4) {                                                       \
             _Pragma("unroll") for (int i = 0; i < 2; i++) {                                  \
                 int c = tid + THREADS * i;                                                   \
-                cp_async16(smem_u32(sb + A_BYTES + c * 16), wq_ptr[i] + (kt) * (BK / 2),               \
+                cp_async16(smem_u32(sb + A_BYTES + c * 16), wq_ptr[i] + (kt) * FP4_WQ_TILE,            \
                            wq_ok[i] ? 16 : 0);                                               \
             }                                                                                \
             cp_async4(smem_u32(sb + A_BYTES + WQ_BYTES + tid * 4), ws_ptr + (kt) * (BK / 16),          \

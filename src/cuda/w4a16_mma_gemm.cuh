@@ -19,7 +19,7 @@ extern "C" {
 #define FP4_MMA_PLAIN_N 128 /* plain: output columns per tile (N a multiple of 64) */
 
 typedef enum fp4_mma_wfmt {
-    FP4_MMA_W_NVFP4 = 0, /* wq [E][rows][K/2], ws [E][rows][K/16] packed (src/gpu_pack.h) */
+    FP4_MMA_W_NVFP4 = 0, /* wq: codes in 8-row tiles, ws [E][rows][K/16] (src/gpu_pack.h) */
     FP4_MMA_W_BF16       /* wb [E][rows][K] bf16 */
 } fp4_mma_wfmt;
 
