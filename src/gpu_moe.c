@@ -202,19 +202,22 @@ static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 #define DEC_FUSED_ROUTER_MAX_M 32 /* <= FP4_DEC_ROUTE_MAX_M */
 
 /* Tokens per decode slot, the one rule: 8 while the fused small-M router groups (m <= 32) and
- * while an expert gets at most 4 tokens on average; 16 up to 13 on average, else 32. A wider
+ * while an expert gets at most 6 tokens on average; 16 up to 13 on average, else 32. A wider
  * slot shares each dequantized weight fragment over 2 or 4 mma n8 tiles, so an expert whose
  * tokens would fill two 8-token slots has its weights dequantized once, not twice; a 32-token
  * slot runs only the n8 tiles its tokens fill. Measured (H200, top-8 whole layer, bench
  * --dec-slot-tokens, bench/NOTES.md fifth session): 4/expert 8-token 224 us, 16-token 270,
  * 32-token 288; 8/expert 16-token 283, 32-token 312; 12/expert 324 vs 337; 14/expert 360 vs
- * 351; 16/expert 401 vs 366. */
+ * 351; 16/expert 401 vs 366. With the codes in 8-row tiles (thirty-first session, layer,
+ * forced against this rule's 16): 5/expert 8-token 191.6 us vs 212.7, 6/expert 200.4 vs
+ * 213.2 (top-4 202.1 vs 216.2), 8/expert 233.3 vs 219.6, 9/expert 256.3 vs 224.2; 4/expert
+ * 16-token +15%. */
 static int dec_slot_tokens(const fp4_gpu_moe *g, int m)
 {
     double avg = (double)m * g->topk / g->n_experts;
     if (m <= DEC_FUSED_ROUTER_MAX_M) return FP4_DEC_TILE_T;
     if (g->dec_slot_force) return g->dec_slot_force; /* measuring override (bench) */
-    return avg <= 4.0 ? FP4_DEC_TILE_T : avg <= 13.0 ? 16 : 32;
+    return avg <= 6.0 ? FP4_DEC_TILE_T : avg <= 13.0 ? 16 : 32;
 }
 
 int fp4_gpu_moe_set_dec_slot_tokens(fp4_gpu_moe *g, int t)

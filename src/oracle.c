@@ -13,7 +13,7 @@
  *               (H200 as the proxy, 2026-11-29, sixth session, bench/problems_sm80.txt:
  *               16/expert decode 360 us vs mma 484, 24/expert 424 vs 502, 32/expert 536 vs
  *               520, top-4 32/expert 555 vs 529; straight lines cross near 30.6).
- *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 13 tokens per expert, then
+ *   w4a16-sm90  CUDA SM90 (sm_90a) only: "decode" up to 9 tokens per expert, then
  *               "sm90-wgmma" (wgmma with the weights dequantized into A registers), the
  *               design of the upstream engine's SM90 W4A16 MoE backend, hence "humming"
  *               (H200, 2026-11-29, decode FC1 with staged activations and 32-token slots
@@ -25,7 +25,10 @@
  *               top-4 353.1 vs 349.2, 18/expert 356.8 vs 352.7, 20/expert 370.2 vs 359.2.
  *               Ninth session, the next tile's codes read early and bf16 pair rows:
  *               12/expert 294.6 vs 316.8, 14/expert 332.7 vs 319.2; the lines cross near
- *               13.2).
+ *               13.2. Thirty-first session, the codes in 8-row tiles (sm90-wgmma gained more
+ *               than decode): 8/expert 219.6 vs 223.6 (top-4 222.8 vs 225.8), 9/expert 223.0
+ *               vs 225.2 (227.0 vs 227.7), 10/expert 227.7 vs 226.1 (232.6 vs 229.9),
+ *               11/expert 248.0 vs 228.5, 12/expert 252.2 vs 230.9).
  * Size bounds are measured (bench/NOTES.md) and live here only.
  */
 #include "oracle.h"
@@ -87,7 +90,7 @@ static const fp4_backend backend_w4a16_sm90 = {
     .acts = FP4_BIT(FP4_ACT_SILU) | FP4_BIT(FP4_ACT_SWIGLUOAI),
     .clamps = 1,
     .gpu = 1,
-    .kernels = {{FP4_GPU_K_DECODE, 13}, {FP4_GPU_K_SM90_WGMMA, 0}},
+    .kernels = {{FP4_GPU_K_DECODE, 9}, {FP4_GPU_K_SM90_WGMMA, 0}},
     .n_kernels = 2,
     .workspace = fp4_gpu_moe_workspace_for,
     .load = "the same device layout as w4a16-mma (one copy of the weights serves every kernel)",

@@ -179,10 +179,12 @@ int main(void)
         const fp4_backend *mma = fp4_backend_lookup(prod, np, "w4a16-mma");
         const fp4_backend *ref = fp4_backend_lookup(prod, np, "reference");
         CHECK(fp4_oracle_kernel(sm90, 1, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=1 top-8: decode");
-        CHECK(fp4_oracle_kernel(sm90, 192, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=192 top-8 (12/expert): decode");
-        CHECK(fp4_oracle_kernel(sm90, 208, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=208 top-8 (13/expert): decode");
-        CHECK(fp4_oracle_kernel(sm90, 209, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=209 top-8 (14/expert): wgmma");
-        CHECK(fp4_oracle_kernel(sm90, 224, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=224 top-8 (14/expert): wgmma");
+        CHECK(fp4_oracle_kernel(sm90, 128, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=128 top-8 (8/expert): decode");
+        CHECK(fp4_oracle_kernel(sm90, 144, 8, 128) == FP4_GPU_K_DECODE, "sm90 M=144 top-8 (9/expert): decode");
+        CHECK(fp4_oracle_kernel(sm90, 145, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=145 top-8 (10/expert): wgmma");
+        CHECK(fp4_oracle_kernel(sm90, 288, 4, 128) == FP4_GPU_K_DECODE, "sm90 M=288 top-4 (9/expert): decode");
+        CHECK(fp4_oracle_kernel(sm90, 320, 4, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=320 top-4 (10/expert): wgmma");
+        CHECK(fp4_oracle_kernel(sm90, 192, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=192 top-8 (12/expert): wgmma");
         CHECK(fp4_oracle_kernel(sm90, 320, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=320 top-8 (20/expert): wgmma");
         CHECK(fp4_oracle_kernel(sm90, 512, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=512 top-8 (32/expert): wgmma");
         CHECK(fp4_oracle_kernel(sm90, 4096, 8, 128) == FP4_GPU_K_SM90_WGMMA, "sm90 M=4096: wgmma");
