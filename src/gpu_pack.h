@@ -18,11 +18,11 @@
  * Codes are tiled: rows in blocks of 8 (FP4_WQ_ROWS), and a block's 64-element groups one after
  * the other, each its 8 rows x 32 bytes contiguous (FP4_WQ_TILE, 256 bytes): row r's group g
  * at ((r / 8) (k / 64) + g) 256 + (r % 8) 32 (fp4_wq_row). A warp that copies one group of 16
- * rows (aligned to 8) reads 2 x 256 contiguous bytes, 4 lines instead of 16 half lines; the
- * rows of consecutive matrices (experts; gate then up) continue the block count, so n % 8
- * == 0. H200, the decode kernels with these addresses against rows of k / 2 bytes (wrong
- * numbers, a bound): layer -12% at M=1 top-8, -8% at M=8, -15% at I = 3072 M=8 (bench/NOTES.md
- * thirty-first session).
+ * rows (aligned to 8) reads 2 x 256 contiguous bytes: 4 lines instead of 16 (a row's 32 bytes
+ * were one sector of a line of their own). The rows of consecutive matrices (experts; gate
+ * then up) continue the block count, so n % 8 == 0. H200, whole layer, against rows of k / 2
+ * bytes: decode -8.9% at M=1 top-8, -8.4% at M=8; sm90-wgmma -8 to -12% at 8-20 rows per
+ * expert, -1.6% at 256 (bench/NOTES.md thirty-first session).
  * Scales: in place (row, block), each the block's |scale| as unsigned e5m3 (5 exponent bits,
  * bias 10, 3 mantissa bits): every finite e4m3 value is a normal e5m3 value (subnormal e4m3
  * included), so a kernel gets bf16 of scale times 2^K (K <= 119) from code b as

@@ -27,7 +27,7 @@
  *               12/expert 294.6 vs 316.8, 14/expert 332.7 vs 319.2; the lines cross near
  *               13.2. Thirty-first session, the codes in 8-row tiles (sm90-wgmma gained more
  *               than decode): 8/expert 219.6 vs 223.6 (top-4 222.8 vs 225.8), 9/expert 223.0
- *               vs 225.2 (227.0 vs 227.7), 10/expert 227.7 vs 226.1 (232.6 vs 229.9),
+ *               vs 225.2 (226.8 vs 227.7), 10/expert 227.7 vs 226.1 (232.6 vs 229.9),
  *               11/expert 248.0 vs 228.5, 12/expert 252.2 vs 230.9).
  * Size bounds are measured (bench/NOTES.md) and live here only.
  */
