@@ -1044,8 +1044,10 @@ static size_t dec_spread_bytes(const void *kern, long long blocks)
  * -2 to +3% at tp8 M=32-64 (15-17 per SM) and won from I = 3072 M=8 on (26 per SM: -4%; 52-70:
  * -8 to -12%). At the bound 24: I = 3072 top-8 M=8 -4.1%, 16 -8.3%, 64 -12.1%, top-4 M=16
  * -5.1%, 64 -9.2%; at 32, M=8 and top-4 M=16 (26 per SM) stay at KS 8. A few long blocks lose
- * to many short ones until there are enough of them. */
-static int dec_ks2_per_sm = 24;
+ * to many short ones until there are enough of them. With the codes in 8-row tiles
+ * (thirty-first session, bench/problems_ks2r.txt) the bound 12 against 24: I = 3072 M=4 (13
+ * per SM) -3.0%, tp8 M=16-96 and top-4 M=128 / 192 -0.3 to +0.5%; 40: I = 3072 M=8 +6.4%. */
+static int dec_ks2_per_sm = 12;
 
 extern "C" int fp4_dec_set_ks2_per_sm(int per_sm)
 {

@@ -132,7 +132,7 @@ cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *args, cudaStream_t stream);
 cudaError_t fp4_dec_gemm_init(void);
 
 /* The bound of the launcher's rule for 8-token slots of long K: staged activations over 2 K
- * slices (KS 2) instead of 8 (KS 8) from this many blocks per SM of the KS 2 grid on (24).
+ * slices (KS 2) instead of 8 (KS 8) from this many blocks per SM of the KS 2 grid on (12).
  * Tests lower it to run the staged kernel on small shapes; returns the previous bound. Not
  * thread-safe: set it before any forward. */
 int fp4_dec_set_ks2_per_sm(int per_sm);

@@ -729,7 +729,7 @@ static void run_shape(const shape_spec *sp, cudaStream_t s)
 }
 
 /* 8-token decode slots of long K with staged activations over 2 K slices (KS 2): the
- * launcher takes them only in grids of >= 24 blocks per SM (I = 3072 at M >= 8), which no
+ * launcher takes them only in grids of >= 12 blocks per SM (I = 3072 at M >= 4), which no
  * shape here reaches, so its bound is lowered to 0 for these. Then FC1 where K = H >= 1024
  * (wide-HI, tp8, with the nvfp4 shared FC1 at wide-HI), FC2 and the nvfp4 shared FC2 where
  * K = I = 1024 (wide-I, wide-HI) run at KS 2; the one-token FC2 (M=1) keeps its own kernel. */
