@@ -36,6 +36,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define FP4_GPU_SCALE_BIAS 10 /* e5m3 exponent bias of packed scales */
 #define FP4_WQ_ROWS 8         /* rows of a block of packed codes */
 #define FP4_WQ_TILE 256       /* bytes of one 64-element group of a block (8 rows x 32) */
@@ -61,5 +65,9 @@ int fp4_gpu_scale_code(uint8_t e4m3);
  * k % 64 != 0 or n % 8 != 0. */
 int fp4_gpu_pack_nvfp4(const uint8_t *w, const uint8_t *scale, int n, int k, uint8_t *wq,
                        uint8_t *ws, size_t *bad);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

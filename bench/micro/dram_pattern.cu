@@ -7,7 +7,8 @@
  * per-warp cp.async ring of RING groups (16-byte copies, 128-byte L2 prefetch hint, RING - 1
  * groups in flight; the decode's cp_async16_pf), like the KS 8 decode kernel with one m16
  * tile per warp, and touches each landed group once (no math). Two layouts of the same bytes:
- *   rows  - row-major [rows][row_bytes] as src/gpu_pack.h: block b owns rows 16 b .. 16 b + 15,
+ *   rows  - row-major [rows][row_bytes] (src/gpu_pack.h's layout until the thirty-first
+ *           session, which took the codes to 8-row tiles): block b owns rows 16 b .. 16 b + 15,
  *           warp w the bytes [GROUPS 32 w, GROUPS 32 (w + 1)) of each; a warp copy is 16
  *           pieces of 32 bytes, row_bytes apart;
  *   tiled - the same pieces stored so that a warp's group is 512 contiguous bytes.

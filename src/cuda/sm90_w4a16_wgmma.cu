@@ -1025,12 +1025,13 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
 }
 
 /* Scale chunks in the gated bodies below 128 tokens (wg_sc_slots): on unless a test turns
- * them off to compare; wg_last_sc: did the last launch run them (a test's check). */
-static int wg_sc_on = 1, wg_last_sc;
+ * them off to compare. wg_last: the FP4_WG_RAN_* flags of the last launch (a test's check;
+ * relaxed atomics, since every launch writes it). */
+static int wg_sc_on = 1, wg_last;
 
-extern "C" int fp4_sm90_wgmma_last_scale_chunks(void)
+extern "C" int fp4_sm90_wgmma_last_launch(void)
 {
-    return wg_last_sc;
+    return __atomic_load_n(&wg_last, __ATOMIC_RELAXED);
 }
 
 extern "C" int fp4_sm90_wgmma_set_scale_chunks(int on)
@@ -1048,6 +1049,7 @@ extern "C" int fp4_sm90_wgmma_gemm_serves(const fp4_mma_gemm_args *p)
 
 extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStream_t stream)
 {
+    __atomic_store_n(&wg_last, 0, __ATOMIC_RELAXED); /* a refused call ran nothing */
     if (!wg_device_ready(wg_ready)) return cudaErrorInvalidDeviceFunction;
     if (!p) return cudaErrorInvalidValue;
     if (p->wfmt != FP4_MMA_W_NVFP4) return cudaErrorNotSupported;
@@ -1092,13 +1094,15 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     /* 16-byte chunks of a row's scales per 4 K tiles (DEEP, and scale chunks below it) */
     const int chunks = p->k % 256 == 0 && !((uintptr_t)p->ws & 15);
     const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && chunks;
-    wg_last_sc = p->gated && chunks && wg_sc_on;
+    const int sc = p->gated && chunks && wg_sc_on;
+    __atomic_store_n(&wg_last, (sc ? FP4_WG_RAN_SC : 0) | (deep ? FP4_WG_RAN_DEEP : 0),
+                     __ATOMIC_RELAXED);
     if (deep) { /* its bodies below 128 tokens with scale chunks too (wg_sc_on): H200, layer,
                  * -1.3 / -1.4% at 96 rows per expert, -0.2 to -0.5% at 128-256 */
         kern = wg_sc_on ? (const void *)fp4_sm90_wgmma_kernel<true, false, true, true>
                         : (const void *)fp4_sm90_wgmma_kernel<true, false, true>;
         smem = WG_SMEM_DEEP;
-    } else if (wg_last_sc) { /* below: scale chunks (wg_sc_slots) */
+    } else if (sc) { /* below: scale chunks (wg_sc_slots) */
         kern = (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>;
     } else if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
     else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;

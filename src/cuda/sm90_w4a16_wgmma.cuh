@@ -35,9 +35,12 @@ cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *args, cudaStream_t stre
  * bit for bit. 0 turns them off (tests compare both); returns the previous setting. Not
  * thread-safe: set it before any forward. */
 int fp4_sm90_wgmma_set_scale_chunks(int on);
-/* 1 when the last fp4_sm90_wgmma_gemm launch (or try) ran the scale chunks: tests check that
- * the switch reached them. Not thread-safe, like the setter. */
-int fp4_sm90_wgmma_last_scale_chunks(void);
+/* What the last fp4_sm90_wgmma_gemm call launched (0 when it refused its arguments): the gated
+ * kernel's bodies below 128 tokens with scale chunks, the DEEP form. Tests check that a switch
+ * or a rule reached the kernel they mean; with several host threads, some thread's last. */
+#define FP4_WG_RAN_SC 1
+#define FP4_WG_RAN_DEEP 2
+int fp4_sm90_wgmma_last_launch(void);
 
 #ifdef __cplusplus
 }

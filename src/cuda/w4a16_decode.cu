@@ -1063,12 +1063,12 @@ static bool dec_ks2_pays(long long blocks)
     return n_sm > 0 && blocks >= (long long)dec_ks2_per_sm * n_sm;
 }
 
-static int dec_last_sc; /* fp4_dec_last_scale_chunks */
+static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every launch writes) */
 
 template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false>
 static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
-    dec_last_sc = SC;
+    __atomic_store_n(&dec_last_sc, (int)SC, __ATOMIC_RELAXED);
     const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = dec_block_tiles(KS, RT);
     const int grid_y = (n_tiles + per_block - 1) / per_block; /* KS 8 RT 1: one tile a block */
     if (grid_y > 65535) return cudaErrorInvalidValue;
@@ -1133,7 +1133,7 @@ extern "C" int fp4_dec_set_scale_chunks(int on)
 
 extern "C" int fp4_dec_last_scale_chunks(void)
 {
-    return dec_last_sc;
+    return __atomic_load_n(&dec_last_sc, __ATOMIC_RELAXED);
 }
 
 static bool dec_scale_chunks(const fp4_dec_gemm_args *p, int ks)
@@ -1172,6 +1172,7 @@ static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t s
 
 extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
+    __atomic_store_n(&dec_last_sc, 0, __ATOMIC_RELAXED); /* a refused call ran nothing */
     if (!p || !p->a || !p->out || p->k < 64 || p->k % 64 || p->n < 16 ||
         p->n % (p->gated ? 8 : 16) || p->n_slots < 1 || p->a_rows < 1 ||
         p->tiles_per_warp < 0 || p->tiles_per_warp > 2 ||

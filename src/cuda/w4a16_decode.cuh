@@ -142,8 +142,9 @@ int fp4_dec_set_ks2_per_sm(int per_sm);
  * the output is the same bit for bit. 0 turns them off (tests compare both); returns the
  * previous setting. Not thread-safe: set it before any forward. */
 int fp4_dec_set_scale_chunks(int on);
-/* 1 when the last launch that fp4_dec_gemm made (or tried) ran a kernel with scale chunks:
- * tests check that the switch reached one. Not thread-safe, like the setter. */
+/* 1 when the last fp4_dec_gemm call launched a kernel with scale chunks (0 when it refused its
+ * arguments): tests check that the switch reached one. With several host threads, some
+ * thread's last. */
 int fp4_dec_last_scale_chunks(void);
 
 #ifdef __cplusplus

@@ -123,11 +123,11 @@ static __device__ __forceinline__ void mma_gemm_tile(const fp4_mma_gemm_args &p,
         if (wfmt == FP4_MMA_W_NVFP4) {                                                       \
             _Pragma("unroll") for (int i = 0; i < 2; i++) {                                  \
                 int c = tid + THREADS * i;                                                   \
-                cp_async16(smem_u32(sb + A_BYTES + c * 16), wq_ptr[i] + (kt) * FP4_WQ_TILE,            \
+                cp_async16(smem_u32(sb + A_BYTES + c * 16), wq_ptr[i] + (kt) * FP4_WQ_TILE,  \
                            wq_ok[i] ? 16 : 0);                                               \
             }                                                                                \
-            cp_async4(smem_u32(sb + A_BYTES + WQ_BYTES + tid * 4), ws_ptr + (kt) * (BK / 16),          \
-                      ws_ok ? 4 : 0);                                                        \
+            cp_async4(smem_u32(sb + A_BYTES + WQ_BYTES + tid * 4),                           \
+                      ws_ptr + (kt) * (BK / 16), ws_ok ? 4 : 0);                             \
         } else {                                                                             \
             _Pragma("unroll") for (int i = 0; i < 8; i++) {                                  \
                 int c = tid + THREADS * i;                                                   \

@@ -8,8 +8,8 @@
  * random weights, scales and activations (switch on, then off) and compares the outputs byte
  * for byte; it also checks that every row that has a token was written (no poison left),
  * that the output is not all zeros, and that the launcher ran the chunked kernel exactly
- * when it should (fp4_dec_last_scale_chunks, fp4_sm90_wgmma_last_scale_chunks). A failed
- * sm90-wgmma init on an sm_90 device fails.
+ * when it should, and the DEEP form at 100 rows per expert (fp4_dec_last_scale_chunks,
+ * fp4_sm90_wgmma_last_launch). A failed sm90-wgmma init on an sm_90 device fails.
  * Decode: gated (FC1) and plain (FC2), 8-token slots at KS 8 with one and two m16 tiles per
  * warp, and KS 2 (the launcher's bound lowered to 0) with 8-, 16- and 32-token slots (the
  * last 32-token slot running 4, 3, 2 or 1 of its n8 tiles), at K = 2048, 6144 and 8192
@@ -191,9 +191,11 @@ static void run_wgmma_case(int k, int rpe, const int *rows, const int32_t *exper
         fp4_sm90_wgmma_set_scale_chunks(on);
         CK(cudaMemset(d_out, 0x7b, out_elems * 2)); /* bf16 0x7b7b: 1.3e36, never an output */
         CK(fp4_sm90_wgmma_gemm(&p, 0));
-        CHECK(fp4_sm90_wgmma_last_scale_chunks() == on,
-              "sm90-wgmma gated k %d rpe %d, switch %d: scale chunks did%s run", k, rpe, on,
-              on ? " not" : "");
+        /* the kernel that ran: chunks when on; DEEP above 88 rows per expert */
+        const int ran = fp4_sm90_wgmma_last_launch(), deep = rpe > 88;
+        CHECK(!!(ran & FP4_WG_RAN_SC) == on && !!(ran & FP4_WG_RAN_DEEP) == deep,
+              "sm90-wgmma gated k %d rpe %d, switch %d: ran scale chunks %d DEEP %d, expected "
+              "%d %d", k, rpe, on, !!(ran & FP4_WG_RAN_SC), !!(ran & FP4_WG_RAN_DEEP), on, deep);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(res[on], d_out, out_elems * 2, cudaMemcpyDeviceToHost));
     }
@@ -261,7 +263,9 @@ int main(void)
         /* alone: 64, 48, 32 (30 rows), 24 (20 rows) */
         static const int rows_b[8] = {64, 0, 48, 0, 30, 0, 20, 0};
         static const int32_t exp_b[8] = {2, -1, 0, -1, 1, -1, 3, -1};
-        /* DEEP only: pairs with an expert's tail, 144 (10 rows) and 160 (30 rows) tokens */
+        /* DEEP only: pairs with an expert's tail, 144 (10 rows) and 160 (30 rows) tokens.
+         * Those bodies copy chunks either way: this table checks that they write every row
+         * in use, not the switch. */
         static const int rows_c[8] = {64, 64, 10, 0, 64, 64, 30, 0};
         static const int32_t exp_c[8] = {0, 0, 0, -1, 1, 1, 1, -1};
         static const int wk[] = {256, 2048, 6144};
