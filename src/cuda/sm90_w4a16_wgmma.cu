@@ -66,20 +66,20 @@
 #define WG_ROWTAB (128 * 12)           /* plain: per-token output row and multiplier */
 #define WG_SMEM (WG_RING + WG_ROWTAB + 1024) /* + slack to align the base to 1 KB */
 #define WG_COLS 4                      /* plain strips: column tiles per CTA */
-#define WG_STRIP_ROWS 96               /* plain strips up to this many rows per expert */
-#define WG_RES_K 384                   /* plain, k <= this and at most WG_RES_ROWS rows per */
-#define WG_RES_ROWS 48                 /* expert: token tile resident (wg_res), */
+#define WG_STRIP_ROWS FP4_WG_STRIP_ROWS /* plain strips up to this many rows per expert */
+#define WG_RES_K FP4_WG_RES_K          /* plain, k <= this and at most WG_RES_ROWS rows per */
+#define WG_RES_ROWS FP4_WG_RES_ROWS    /* expert: token tile resident (wg_res), */
 #define WG_RES_COLS 4                  /* 4 column tiles of 128 per CTA, */
 #define WG_RES_FEW_ROWS 32             /* or up to this many rows per expert */
 #define WG_RES_FEW_COLS 12             /* this many (fewer, longer CTAs) */
-#define WG_RES_SMALL 24                /* up to this many rows per expert: the kernel with
+#define WG_RES_SMALL FP4_WG_RES_SMALL  /* up to this many rows per expert: the kernel with
                                           16- and 24-token bodies too */
 #define WG_RING128 113664              /* the res kernel's BIG form (k <= WG_RES_K, above
                                           WG_STRIP_ROWS rows per expert): a pair's 128 tokens
                                           resident (96 KB), 3 weight stages, its row table */
 #define WG_SMEM128 (WG_RING128 + 1024) /* two CTAs per SM: 2 x (114688 + 1024 reserved) of
                                           the SM's 233472 bytes */
-#define WG_DEEP_ROWS 88                /* the gated kernel's DEEP form (above this many rows
+#define WG_DEEP_ROWS FP4_WG_DEEP_ROWS  /* the gated kernel's DEEP form (above this many rows
                                           per expert, k % 256 == 0): */
 #define WG_DEEP_ST 5                   /* 128-token units through 5 stages of B + W (20 KB), */
 #define WG_DEEP_SC 2048                /* their block scales 4 K tiles at a time (16 bytes a
@@ -907,7 +907,8 @@ static __device__ __forceinline__ wg_cta wg_cta_of(unsigned char *smem_raw, int 
  * unit share weights / token rows in L2). STRIPS (plain only): the bodies below 128 tokens run
  * their group as one strip (wg_tile), for up to WG_STRIP_ROWS rows per expert (H200 A/B of
  * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to +1.8%
- * at 128-256, where the units are 128-token pairs, so a kernel of its own). */
+ * at 128-256, where the units are 128-token pairs, so a kernel of its own; the launcher's
+ * bound against the BIG form moved to 84 with the tiled codes). */
 template <bool GATED, bool STRIPS, bool DEEP = false, bool SC = false>
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
@@ -1062,13 +1063,17 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     const int res_any = !p->gated && p->k <= WG_RES_K && p->rows_per_expert > 0;
     /* column groups of slots: up to 48 rows per expert (most experts one slot; above,
      * wg_res's pairs dequantize their weights twice: +4% at 64 rows per expert, the A/B of
-     * 2026-11-29, against -2% at 48, -4% at 32 and -7% at 4-16) */
+     * 2026-11-29, against -2% at 48, -4% at 32 and -7% at 4-16; with the codes in 8-row
+     * tiles, 2026-12-01: up to 64 +8.7 / +7.7% at 64, up to 32 +4.6 / +3.9% at 40 / 48) */
     const int res = res_any && p->rows_per_expert <= WG_RES_ROWS;
     /* above, up to WG_STRIP_ROWS: column strips (fp4_sm90_wgmma_kernel's STRIPS) */
     const int strips = !p->gated && !res && p->rows_per_expert > 0 &&
                        p->rows_per_expert <= WG_STRIP_ROWS;
     /* above WG_STRIP_ROWS: the res kernel's BIG form, pairs as 128-token units (H200, layer,
-     * against the one-tile kernel: -5.0 to -6.8% at 128-1024 rows per expert; 2026-11-30) */
+     * against the one-tile kernel: -5.0 to -6.8% at 128-1024 rows per expert; 2026-11-30).
+     * The bound, against strips (codes in 8-row tiles, 2026-12-01): BIG +0.6% at 84 rows per
+     * expert, -0.7 / -1.0% at 88 (top-8 / top-4), -3.5% at 92, -4.6 / -4.7% at 96; strips
+     * -2.6% at 80, -7.2% at 128. */
     const int big = res_any && p->rows_per_expert > WG_STRIP_ROWS;
     /* column tiles per CTA (the kernels' cols): the res kernel 12 up to 32 rows per expert, 4
      * above (H200, layer, against 4 everywhere: 12 -1.1 to -1.9% at 14-20 rows per expert,

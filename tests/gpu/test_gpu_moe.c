@@ -30,8 +30,8 @@
  * every shape's small M, long-K, tp8 M <= 256 and tp8-large top-4 M=1000 (two slots of one
  * expert where the skewed routing piles tokens on experts 0 and 1; 48 KB of B at I=384,
  * partial column groups at H=1344), the nvfp4 shared expert at M <= 48; column strips at
- * 49-96 rows per expert or with I > 384 (tiny top-8 M=64, odd-H top-16 M=64 with its masked half
- * column tile, tp8-large top-8 M=1000, wide-I, the nvfp4 shared expert at M=64); above 96 rows
+ * 49-84 rows per expert or with I > 384 (tiny top-8 M=64, odd-H top-16 M=64 with its masked half
+ * column tile, tp8-large top-8 M=1000, wide-I, the nvfp4 shared expert at M=64); above 84 rows
  * per expert the resident kernel's BIG form with K <= 384 (pairs of 128 tokens resident: tiny
  * M >= 1000, tiny-bf16-shared M=1000, odd-H M=1000, tp8-large M >= 4096) and the one-tile
  * FC2 with K > 384 (wide-I top-8 M=160). Its FC1 above 88 rows per expert with H % 256 == 0
@@ -65,6 +65,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda_check.h"
+#include "cuda/sm90_w4a16_wgmma.cuh"
 #include "cuda/w4a16_decode.cuh"
 
 #define REL_TOL 1e-2     /* bf16 operands: 1e-3..1e-2 (DESIGN.md section 6) */
@@ -277,11 +278,12 @@ static int N_KERNELS = (int)(sizeof kernels / sizeof kernels[0]);
 /* Coverage of sm90-wgmma's token widths (wg_unit in src/cuda/sm90_w4a16_wgmma.cu): the
  * routed experts' 64-row slots, in pairs (fp4_moe_group align 2), select a width by the rows
  * in use; counted here from the GPU's top-k ids of every sm90-wgmma case, for FC1 (always the
- * one-tile kernel) and FC2. FC2 (the launcher's rule, by rows per expert on average) with
- * I <= 384: up to 48 the resident kernel (a slot alone as 32 .. 64 tokens, or 16 / 24 too up
- * to 24; a pair as two of 64), 49 .. 96 column strips, above that the resident kernel's BIG
- * form (a pair as one unit of 128, a slot alone as 32 .. 64); with I > 384 strips up to 96,
- * the one-tile kernel above. FC1 above 88 rows per expert with H % 256 == 0: the gated
+ * one-tile kernel) and FC2. FC2 (the launcher's rule, by rows per expert on average, with
+ * its bounds FP4_WG_*_ROWS from sm90_w4a16_wgmma.cuh) with I <= 384: up to 48 the resident
+ * kernel (a slot alone as 32 .. 64 tokens, or 16 / 24 too up to 24; a pair as two of 64),
+ * 49 .. 84 column strips, above that the resident kernel's BIG form (a pair as one unit of
+ * 128, a slot alone as 32 .. 64); with I > 384 strips up to 84, the one-tile kernel above.
+ * FC1 above 88 rows per expert with H % 256 == 0: the gated
  * kernel's DEEP form (its own 128-token body; narrower tiles run the common bodies; an
  * expert's last full pair followed by a tail of 1 .. 16 or 17 .. 32 rows runs them as one
  * unit of 144 or 160 and the tail's unit nothing: wg_tail). The suite fails if an FC1 width,
@@ -312,8 +314,10 @@ static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter,
     for (long long i = 0; i < (long long)m * k; i++)
         if (ids[i] >= 0 && ids[i] < n_experts) cnt[ids[i]]++;
     const long long per_expert = ((long long)m * k + n_experts - 1) / n_experts;
-    const int fc2_res = inter <= 384 && per_expert <= 48, fc2_small = per_expert <= 24;
-    const int fc2_big = inter <= 384 && per_expert > 96, fc1_deep = per_expert > 88 && h % 256 == 0;
+    const int fc2_res = inter <= FP4_WG_RES_K && per_expert <= FP4_WG_RES_ROWS;
+    const int fc2_small = per_expert <= FP4_WG_RES_SMALL;
+    const int fc2_big = inter <= FP4_WG_RES_K && per_expert > FP4_WG_STRIP_ROWS;
+    const int fc1_deep = per_expert > FP4_WG_DEEP_ROWS && h % 256 == 0;
     for (int e = 0; e < n_experts; e++)
         for (int r = 0, fc1_done = 0; r < cnt[e]; r += 128) {
             const int left = cnt[e] - r, first = left < 64 ? left : 64;

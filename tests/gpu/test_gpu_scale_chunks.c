@@ -192,7 +192,7 @@ static void run_wgmma_case(int k, int rpe, const int *rows, const int32_t *exper
         CK(cudaMemset(d_out, 0x7b, out_elems * 2)); /* bf16 0x7b7b: 1.3e36, never an output */
         CK(fp4_sm90_wgmma_gemm(&p, 0));
         /* the kernel that ran: chunks when on; DEEP above 88 rows per expert */
-        const int ran = fp4_sm90_wgmma_last_launch(), deep = rpe > 88;
+        const int ran = fp4_sm90_wgmma_last_launch(), deep = rpe > FP4_WG_DEEP_ROWS;
         CHECK(!!(ran & FP4_WG_RAN_SC) == on && !!(ran & FP4_WG_RAN_DEEP) == deep,
               "sm90-wgmma gated k %d rpe %d, switch %d: ran scale chunks %d DEEP %d, expected "
               "%d %d", k, rpe, on, !!(ran & FP4_WG_RAN_SC), !!(ran & FP4_WG_RAN_DEEP), on, deep);
@@ -275,7 +275,7 @@ int main(void)
             for (int rpe = 40; rpe <= 100; rpe += 60) {
                 run_wgmma_case(wk[i], rpe, rows_a, exp_a, "128 / 96 / 80 / 16 tokens", &seed);
                 run_wgmma_case(wk[i], rpe, rows_b, exp_b, "64 / 48 / 32 / 24 tokens", &seed);
-                if (rpe > 88)
+                if (rpe > FP4_WG_DEEP_ROWS)
                     run_wgmma_case(wk[i], rpe, rows_c, exp_c, "144 / 160 tokens (tails)", &seed);
             }
     } else {
