@@ -10,9 +10,11 @@
 # took 80-180 s on the H200.
 set -uo pipefail
 if [ $# -lt 3 ]; then echo "usage: OUT=DIR bench/ab_many.sh PROBLEMS PASSES BUILD..." >&2; exit 2; fi
+[ -f "$1" ] || { echo "ab_many.sh: no problem file $1" >&2; exit 2; }
 P="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; N="$2"; shift 2
-OUT="${OUT:-/tmp/fp4moe-out}"; mkdir -p "$OUT"
+OUT="${OUT:-/tmp/fp4moe-out}"; mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)" # the runs cd into builds
 tag=$(basename "$P" .txt)
+case "$N" in '' | *[!0-9]* | 0) echo "ab_many.sh: PASSES must be a positive integer, got '$N'" >&2; exit 2 ;; esac
 for b in "$@"; do [ -x "$b/fp4moe" ] || { echo "ab_many.sh: no $b/fp4moe" >&2; exit 2; }; done
 for ((i = 1; i <= N; i++)); do
   if ((i % 2)); then order=("$@"); else order=(); for ((j = $#; j >= 1; j--)); do order+=("${!j}"); done; fi
