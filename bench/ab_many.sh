@@ -14,8 +14,15 @@ if [ $# -lt 3 ]; then echo "usage: OUT=DIR bench/ab_many.sh PROBLEMS PASSES BUIL
 P="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; N="$2"; shift 2
 OUT="${OUT:-/tmp/fp4moe-out}"; mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)" # the runs cd into builds
 tag=$(basename "$P" .txt)
-case "$N" in '' | *[!0-9]* | 0) echo "ab_many.sh: PASSES must be a positive integer, got '$N'" >&2; exit 2 ;; esac
-for b in "$@"; do [ -x "$b/fp4moe" ] || { echo "ab_many.sh: no $b/fp4moe" >&2; exit 2; }; done
+case "$N" in [1-9] | [1-9][0-9]) ;; *) echo "ab_many.sh: PASSES must be 1..99, got '$N'" >&2; exit 2 ;; esac
+names=" "
+for b in "$@"; do
+  [ -x "$b/fp4moe" ] || { echo "ab_many.sh: no $b/fp4moe" >&2; exit 2; }
+  case "$names" in *" $(basename "$b") "*) # files are named by the build's folder name
+    echo "ab_many.sh: two builds named $(basename "$b"): give each its own folder name" >&2; exit 2 ;; esac
+  names="$names$(basename "$b") "
+done
+failed=0
 for ((i = 1; i <= N; i++)); do
   if ((i % 2)); then order=("$@"); else order=(); for ((j = $#; j >= 1; j--)); do order+=("${!j}"); done; fi
   for b in "${order[@]}"; do
@@ -24,6 +31,13 @@ for ((i = 1; i <= N; i++)); do
     (cd "$b" && LD_LIBRARY_PATH=. FP4MOE_SRC="$(dirname "$(dirname "$P")")" ./fp4moe bench \
        --problems "$P" --moe-backend "${AB_BACKEND:-w4a16-sm90}" --reps 15 \
        --json "$OUT/ab__${tag}__${name}__$i.json") 2>&1 | grep -vE "^\s*\[" > "$OUT/ab__${tag}__${name}__$i.txt"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || { echo "ab_many.sh: $name pass $i exited $rc (ab__${tag}__${name}__$i.txt)" >&2; failed=1; }
   done
 done
-(cd "$OUT" && tar -czf "ab__$tag.tgz" ab__"$tag"__* && rm -f ab__"$tag"__*.json ab__"$tag"__*.txt)
+# the archive is named by the problem list (and AB_BACKEND when set): a later run of the same
+# list with another backend in the same OUT does not overwrite it
+arc="ab__$tag${AB_BACKEND:+__$AB_BACKEND}.tgz"
+(cd "$OUT" && tar -czf "$arc" ab__"$tag"__*.txt $(ls ab__"$tag"__*.json 2>/dev/null) &&
+   rm -f ab__"$tag"__*.json ab__"$tag"__*.txt)
+exit $failed

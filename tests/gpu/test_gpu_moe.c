@@ -279,7 +279,7 @@ static int N_KERNELS = (int)(sizeof kernels / sizeof kernels[0]);
  * routed experts' 64-row slots, in pairs (fp4_moe_group align 2), select a width by the rows
  * in use; counted here from the GPU's top-k ids of every sm90-wgmma case, for FC1 (always the
  * one-tile kernel) and FC2. FC2 (the launcher's rule, by rows per expert on average, with
- * its bounds FP4_WG_*_ROWS from sm90_w4a16_wgmma.cuh) with I <= 384: up to 48 the resident
+ * its bounds FP4_WG_* from sm90_w4a16_wgmma.cuh) with I <= 384: up to 48 the resident
  * kernel (a slot alone as 32 .. 64 tokens, or 16 / 24 too up to 24; a pair as two of 64),
  * 49 .. 84 column strips, above that the resident kernel's BIG form (a pair as one unit of
  * 128, a slot alone as 32 .. 64); with I > 384 strips up to 84, the one-tile kernel above.

@@ -185,13 +185,13 @@ static void run_wgmma_case(int k, int rpe, const int *rows, const int32_t *exper
     memset(&p, 0, sizeof p);
     p.wfmt = FP4_MMA_W_NVFP4, p.gated = 1, p.n = n, p.k = k, p.n_tiles_m = SLOTS;
     p.a = in.a, p.a_rows = a_rows, p.tile_expert = d_te, p.row_src = d_rsrc, p.out_rows = prows;
-    p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.rows_per_expert = rpe; /* DEEP above 88 */
+    p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.rows_per_expert = rpe; /* DEEP above the bound */
     uint16_t *res[2] = {o0, o1};
     for (int on = 1; on >= 0; on--) {
         fp4_sm90_wgmma_set_scale_chunks(on);
         CK(cudaMemset(d_out, 0x7b, out_elems * 2)); /* bf16 0x7b7b: 1.3e36, never an output */
         CK(fp4_sm90_wgmma_gemm(&p, 0));
-        /* the kernel that ran: chunks when on; DEEP above 88 rows per expert */
+        /* the kernel that ran: chunks when on; DEEP above FP4_WG_DEEP_ROWS rows per expert */
         const int ran = fp4_sm90_wgmma_last_launch(), deep = rpe > FP4_WG_DEEP_ROWS;
         CHECK(!!(ran & FP4_WG_RAN_SC) == on && !!(ran & FP4_WG_RAN_DEEP) == deep,
               "sm90-wgmma gated k %d rpe %d, switch %d: ran scale chunks %d DEEP %d, expected "
@@ -270,7 +270,10 @@ int main(void)
         static const int32_t exp_c[8] = {0, 0, 0, -1, 1, 1, 1, -1};
         static const int wk[] = {256, 2048, 6144};
         /* 40 rows per expert: the scale-chunk kernel; 100: the DEEP kernel, whose bodies
-         * below 128 tokens take the chunks too */
+         * below 128 tokens take the chunks too (if the launcher's bound leaves that range,
+         * the cases must move with it) */
+        _Static_assert(40 <= FP4_WG_DEEP_ROWS && FP4_WG_DEEP_ROWS < 100,
+                       "rpe 40 and 100 must sit on both sides of the DEEP bound");
         for (int i = 0; i < 3 && err == cudaSuccess; i++)
             for (int rpe = 40; rpe <= 100; rpe += 60) {
                 run_wgmma_case(wk[i], rpe, rows_a, exp_a, "128 / 96 / 80 / 16 tokens", &seed);
