@@ -4,9 +4,10 @@
 # runs `fp4moe bench` (the backend's own choice of kernel, w4a16-sm90 unless AB_BACKEND says
 # otherwise) over PROBLEMS with the fp4moe of each BUILD, PASSES times, the builds in order on
 # odd passes and in reverse order on even ones, so that drift within the lease falls on every
-# build alike; JSON and logs as ab__TAG__BUILD__PASS.{json,txt}, packed into $OUT/ab__TAG.tgz
-# at the end (the device tool returns only a few files of $OUT). A build needs only fp4moe
-# and libcjson.so.1. Thirty-second session: five builds x two passes over 13-15 problems
+# build alike; JSON and logs as ab__TAG__BUILD__PASS.{json,txt}, packed into
+# $OUT/ab__TAG[__AB_BACKEND].tgz at the end (the device tool returns only a few files of $OUT).
+# A build needs only fp4moe and libcjson.so.1. For one build against a base with every kernel
+# of the backend timed (--all-kernels) or extra flags for the new build, use ab_device.sh. Thirty-second session: five builds x two passes over 13-15 problems
 # took 80-180 s on the H200.
 set -uo pipefail
 if [ $# -lt 3 ]; then echo "usage: OUT=DIR bench/ab_many.sh PROBLEMS PASSES BUILD..." >&2; exit 2; fi
