@@ -70,7 +70,7 @@
 #define WG_RES_K FP4_WG_RES_K          /* plain, k <= this and at most WG_RES_ROWS rows per */
 #define WG_RES_ROWS FP4_WG_RES_ROWS    /* expert: token tile resident (wg_res), */
 #define WG_RES_COLS 4                  /* 4 column tiles of 128 per CTA, */
-#define WG_RES_FEW_ROWS 32             /* or up to this many rows per expert */
+#define WG_RES_FEW_ROWS 40             /* or up to this many rows per expert */
 #define WG_RES_FEW_COLS 12             /* this many (fewer, longer CTAs) */
 #define WG_RES_SMALL FP4_WG_RES_SMALL  /* up to this many rows per expert: the kernel with
                                           16- and 24-token bodies too */
@@ -1075,9 +1075,11 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
      * expert, -0.7 / -1.0% at 88 (top-8 / top-4), -3.5% at 92, -4.6 / -4.7% at 96; strips
      * -2.6% at 80, -7.2% at 128. */
     const int big = res_any && p->rows_per_expert > WG_STRIP_ROWS;
-    /* column tiles per CTA (the kernels' cols): the res kernel 12 up to 32 rows per expert, 4
+    /* column tiles per CTA (the kernels' cols): the res kernel 12 up to 40 rows per expert, 4
      * above (H200, layer, against 4 everywhere: 12 -1.1 to -1.9% at 14-20 rows per expert,
-     * -0.6 / -0.7% at 32, +0.4% at 48; 8 about half of that; 2026-11-30). Only the strip and
+     * -0.6 / -0.7% at 32, +0.4% at 48; 8 about half of that; 2026-11-30. The bound 40 against
+     * 32: -1.7 / -2.3 / -1.8% at 34 / 36 / 40 rows (top-8), -2.1% top-4 at 40, 44 unchanged,
+     * 12 up to 48 +5.4% at 48; 2026-12-01). Only the strip and
      * res kernels run more than one; the gated and one-tile kernels must get 1 (they run
      * ctile alone). */
     int cols = res ? (p->rows_per_expert <= WG_RES_FEW_ROWS ? WG_RES_FEW_COLS : WG_RES_COLS)
