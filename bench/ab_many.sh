@@ -6,6 +6,7 @@
 # odd passes and in reverse order on even ones, so that drift within the lease falls on every
 # build alike; JSON and logs as ab__TAG__BUILD__PASS.{json,txt}, packed into
 # $OUT/ab__TAG[__AB_BACKEND].tgz at the end (the device tool returns only a few files of $OUT).
+# The summary per problem: bench/summarize.py ab DIR BASE [BUILD...] over the unpacked archive.
 # A build needs only fp4moe and libcjson.so.1. For one build against a base with every kernel
 # of the backend timed (--all-kernels) or extra flags for the new build, use ab_device.sh. Thirty-second session: five builds x two passes over 13-15 problems
 # took 80-180 s on the H200.
