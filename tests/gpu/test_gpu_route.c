@@ -20,10 +20,13 @@
  * bit), in token order where no id repeats, padded rows empty. Outputs are poisoned with
  * non-NaN values first, so an unwritten entry cannot pass as a NaN. One token has its own
  * path in the decode router (slots by rank of the chosen ids): ties, NaN scores and biases
- * (the fallback to the general grouping), softmax with k 40 (> 32: the general path), 100
- * experts. Up to 8 tokens the slots come from a bitmap of the chosen experts (2, 3-7 and 8
+ * (exactly k numbers; fewer: the fallback to the general grouping), softmax with k 40 (> 32:
+ * the general path), 100 and 256 experts; and the same random token alone and twice must
+ * get the same ids and weights bit for bit (run_one_token_bits). Up to 8 tokens the slots come from a bitmap of the chosen experts (2, 3-7 and 8
  * tokens, k 40 among them; 9 tokens take the scan). The routers' sigmoid is compared with
- * the IEEE formula for every float (test_gpu_route_dev.cu).
+ * the IEEE formula for every float, and route_select_warp with the rule done the plain way
+ * by one thread on 6000 cases of coarse logits (ties everywhere), NaN logits and biases, k
+ * 1-40, E 100-256, both scorings: ids and weights bit for bit (test_gpu_route_dev.cu).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  */
 #include <math.h>
@@ -43,6 +46,7 @@
 #include "cuda/w4a16_decode.cuh"
 
 long long route_sigmoid_mismatches(unsigned *first_bad); /* test_gpu_route_dev.cu */
+long long route_select_mismatches(int n_cases, int *first_bad);
 
 #define MAX_H 288
 #define W_TOL 1e-5 /* routing weights: fp32 expf on the GPU against double */
@@ -253,6 +257,106 @@ static void run_case(const route_case *c, cudaStream_t st)
     free(ids), free(te), free(rsrc), free(rdst), free(w), free(rw), free(cv), free(av);
 }
 
+/* One token takes its own path through the decode router, two tokens the few-token one:
+ * the same token alone and twice must get the same ids and weights bit for bit. Random fp32 router rows and bf16 x (logits of any bits, not the exact ones of
+ * run_case), with experts 5, 37 and E - 3 sharing one row and bias (exact key ties, to the
+ * lower id) and a scaled copy of x as that row (large logits: sigmoid 1.0 for the three,
+ * with the largest bias: chosen first). E = 256 (4 threads an expert), 128 (8) and 100; top-8, 4 and 6; with and
+ * without renormalization; biases on and off. The logits of the two runs are compared
+ * first (a token's logits do not depend on the batch). */
+static void run_one_token_bits(cudaStream_t st)
+{
+    static const struct { int e, k, norm, bias, tie; float scaling; } cs[] = {
+        {256, 8, 1, 1, 1, 2.5f}, {128, 8, 1, 1, 1, 2.5f}, {128, 4, 0, 1, 0, 1.0f},
+        {100, 6, 1, 0, 1, 1.5f}, {128, 8, 1, 1, 0, 2.5f}, {256, 8, 0, 0, 0, 1.0f},
+    };
+    enum { H = 256 };
+    uint64_t rng = 0x5eed0001u;
+    int compared = 0;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int E = cs[ci].e, k = cs[ci].k, n_slots = (2 * k + 7) / 8 + E; /* m = 2 */
+        float *router = malloc((size_t)E * H * 4), bias[256];
+        uint16_t x[2 * H];
+        for (int i = 0; i < H; i++) {
+            const float v = ((float)(check_next32(&rng) >> 8) / 16777216.f - 0.5f) * 4.f;
+            x[i] = x[H + i] = fp4moe_bf16_from_float(v);
+        }
+        for (int e = 0; e < E; e++) {
+            bias[e] = cs[ci].bias ? ((float)(check_next32(&rng) >> 8) / 16777216.f - 0.5f) : 0.f;
+            for (int i = 0; i < H; i++)
+                router[(size_t)e * H + i] =
+                    ((float)(check_next32(&rng) >> 8) / 16777216.f - 0.5f) * 0.125f;
+        }
+        if (cs[ci].tie) {
+            const int tied[3] = {5, 37, E - 3};
+            for (int t = 0; t < 3; t++) {
+                bias[tied[t]] = cs[ci].bias ? 0.5f : 0.f; /* above every other bias */
+                for (int i = 0; i < H; i++)
+                    router[(size_t)tied[t] * H + i] = fp4moe_bf16_to_float(x[i]) * 0.5f;
+            }
+        }
+        float *d_router, *d_bias, *d_logits, *d_w, *d_rw;
+        uint16_t *d_x, *d_xp;
+        int32_t *d_ids, *d_te, *d_rsrc, *d_rdst;
+        const int rows = n_slots * 8;
+        CK(cudaMalloc((void **)&d_router, (size_t)E * H * 4));
+        CK(cudaMalloc((void **)&d_bias, (size_t)E * 4));
+        CK(cudaMalloc((void **)&d_logits, (size_t)2 * E * 4));
+        CK(cudaMalloc((void **)&d_w, (size_t)2 * k * 4));
+        CK(cudaMalloc((void **)&d_ids, (size_t)2 * k * 4));
+        CK(cudaMalloc((void **)&d_x, (size_t)2 * H * 2));
+        CK(cudaMalloc((void **)&d_xp, (size_t)2 * H * 2));
+        CK(cudaMalloc((void **)&d_te, (size_t)n_slots * 4));
+        CK(cudaMalloc((void **)&d_rsrc, (size_t)rows * 4));
+        CK(cudaMalloc((void **)&d_rdst, (size_t)rows * 4));
+        CK(cudaMalloc((void **)&d_rw, (size_t)rows * 4));
+        CK(cudaMemcpy(d_router, router, (size_t)E * H * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_bias, bias, (size_t)E * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_x, x, sizeof x, cudaMemcpyHostToDevice));
+        int32_t ids[2][2 * 32];
+        float w[2][2 * 32], lg[2][2 * 256];
+        for (int m = 1; m <= 2; m++) {
+            CK(cudaMemset(d_ids, 0x7f, (size_t)2 * k * 4));
+            CK(cudaMemset(d_w, 0x7f, (size_t)2 * k * 4));
+            const int slots = (m * k + 7) / 8 + E; /* what the router takes at this m */
+            cudaError_t err = fp4_dec_route_prep(d_x, d_router, cs[ci].bias ? d_bias : NULL, m, H,
+                                                 E, k, 0, cs[ci].norm, cs[ci].scaling, d_logits,
+                                                 d_ids, d_w, slots, d_te, d_rsrc, d_rdst, d_rw,
+                                                 d_xp, st);
+            CHECK(err == cudaSuccess, "one token bits E %d k %d m %d: launch %s", E, k, m,
+                  cudaGetErrorString(err));
+            CK(cudaStreamSynchronize(st));
+            CK(cudaMemcpy(ids[m - 1], d_ids, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(w[m - 1], d_w, (size_t)m * k * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(lg[m - 1], d_logits, (size_t)m * E * 4, cudaMemcpyDeviceToHost));
+        }
+        CHECK(!memcmp(lg[0], lg[1], (size_t)E * 4), "one token bits E %d k %d: token 0's logits "
+              "differ between m = 1 and m = 2", E, k);
+        CHECK(!memcmp(lg[1], lg[1] + E, (size_t)E * 4), "one token bits E %d k %d: the two "
+              "copies of the token got different logits", E, k);
+        for (int s = 0; s < k; s++) {
+            CHECK(ids[0][s] == ids[1][s] && ids[1][s] == ids[1][k + s],
+                  "one token bits E %d k %d: choice %d expert %d alone, %d / %d in two", E, k, s,
+                  ids[0][s], ids[1][s], ids[1][k + s]);
+            CHECK(!memcmp(&w[0][s], &w[1][s], 4) && !memcmp(&w[1][s], &w[1][k + s], 4),
+                  "one token bits E %d k %d: choice %d weight %.9g alone, %.9g / %.9g in two",
+                  E, k, s, w[0][s], w[1][s], w[1][k + s]);
+            compared++;
+        }
+        if (cs[ci].tie) { /* the three tied experts lead, in id order */
+            CHECK(ids[0][0] == 5 && ids[0][1] == 37 && ids[0][2] == E - 3,
+                  "one token bits E %d k %d: choices %d %d %d, expected the tied 5 37 %d", E, k,
+                  ids[0][0], ids[0][1], ids[0][2], E - 3);
+        }
+        cudaFree(d_router), cudaFree(d_bias), cudaFree(d_logits), cudaFree(d_w), cudaFree(d_ids);
+        cudaFree(d_x), cudaFree(d_xp), cudaFree(d_te), cudaFree(d_rsrc), cudaFree(d_rdst);
+        cudaFree(d_rw);
+        free(router);
+    }
+    printf("one token alone against twice: %d choices, ids and weights bit for bit\n",
+           compared);
+}
+
 /* The one-token FC2 (fp4_dec_gemm_args.one_token) refuses what it cannot run before it
  * launches anything: each case below is one field away from a valid call (which the
  * forward at M = 1 makes, test_gpu_moe). The pointers are never dereferenced. */
@@ -322,6 +426,9 @@ int main(void)
         {"one token, NaN expert, top-4", 1, 128, 4, 0, 0, 1.0f, 3, -1, 0, 256},
         {"one token, all NaN", 1, 128, 8, 0, 1, 1.0f, -1, 0, 0, 256},
         {"one token, NaN biases", 1, 128, 8, 0, 1, 2.5f, -1, -1, 1, 256},
+        {"one token, NaN biases, top-4", 1, 128, 4, 0, 1, 2.5f, -1, -1, 1, 256},
+        {"one token, NaN biases, top-5", 1, 128, 5, 0, 0, 1.0f, -1, -1, 1, 256},
+        {"one token, 256 experts", 1, 256, 8, 0, 1, 2.5f, 40, -1, 0, 256},
         {"one token, 100 experts", 1, 100, 6, 0, 1, 1.0f, -1, -1, 0, 256},
         {"one token, softmax, k 32", 1, 64, 32, 1, 1, 1.5f, -1, -1, 0, 256},
         {"one token, softmax, k 40", 1, 64, 40, 1, 1, 1.5f, -1, -1, 0, 256},
@@ -346,6 +453,7 @@ int main(void)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(fp4_moe_route_init());
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], st);
+    run_one_token_bits(st);
     run_one_token_rejects();
     run_grid_rejects();
     unsigned first_bad = 0;
@@ -353,6 +461,12 @@ int main(void)
     CHECK(bad == 0, "router sigmoid: %lld of 2^32 inputs differ from 1 / (1 + expf(-x)), first "
           "bit pattern 0x%08x", bad, first_bad);
     printf("router sigmoid: %lld of 2^32 inputs differ from the IEEE formula\n", bad);
+    int first_case = 0;
+    const long long bad_sel = route_select_mismatches(6000, &first_case);
+    CHECK(bad_sel == 0, "route_select_warp: %lld of 6000 cases differ from the plain rule, "
+          "first case %d", bad_sel, first_case);
+    printf("route_select_warp: %lld of 6000 cases differ from the plain rule (ties, NaN, k "
+           "1-40, E 100-256, both scorings)\n", bad_sel);
     CK(cudaStreamDestroy(st));
     int major = 0, minor = 0;
     if (fp4_gpu_device_cc(&major, &minor) && major == 9 && minor == 0) {
