@@ -22,8 +22,9 @@
  * path in the decode router (slots by rank of the chosen ids): ties, NaN scores and biases
  * (exactly k numbers; fewer: the fallback to the general grouping), softmax with k 40 (> 32:
  * the general path), 100 and 256 experts; and the same random token alone and twice must
- * get the same ids and weights bit for bit (run_one_token_bits). Up to 8 tokens the slots come from a bitmap of the chosen experts (2, 3-7 and 8
- * tokens, k 40 among them; 9 tokens take the scan). The routers' sigmoid is compared with
+ * get the same ids and weights bit for bit (run_one_token_bits). Up to 8 tokens the slots
+ * come from a bitmap of the chosen experts (2, 3-7 and 8 tokens, k 40 among them; 9 tokens
+ * take the scan). The routers' sigmoid is compared with
  * the IEEE formula for every float, and route_select_warp with the rule done the plain way
  * by one thread on 6000 cases of coarse logits (ties everywhere), NaN logits and biases, k
  * 1-40, E 100-256, both scorings: ids and weights bit for bit (test_gpu_route_dev.cu).
@@ -258,12 +259,13 @@ static void run_case(const route_case *c, cudaStream_t st)
 }
 
 /* One token takes its own path through the decode router, two tokens the few-token one:
- * the same token alone and twice must get the same ids and weights bit for bit. Random fp32 router rows and bf16 x (logits of any bits, not the exact ones of
- * run_case), with experts 5, 37 and E - 3 sharing one row and bias (exact key ties, to the
- * lower id) and a scaled copy of x as that row (large logits: sigmoid 1.0 for the three,
- * with the largest bias: chosen first). E = 256 (4 threads an expert), 128 (8) and 100; top-8, 4 and 6; with and
- * without renormalization; biases on and off. The logits of the two runs are compared
- * first (a token's logits do not depend on the batch). */
+ * the same token alone and twice must get the same ids and weights bit for bit. Random fp32
+ * router rows and bf16 x (logits of any bits, not the exact ones of run_case), with experts
+ * 5, 37 and E - 3 sharing one row and bias (exact key ties, to the lower id) and a scaled
+ * copy of x as that row (large logits: sigmoid 1.0 for the three, with the largest bias:
+ * chosen first). E = 256, 128 and 100; top-8, 4 and 6; with and without renormalization;
+ * biases on and off. The logits of the two runs are compared first (a token's logits do not
+ * depend on the batch). */
 static void run_one_token_bits(cudaStream_t st)
 {
     static const struct { int e, k, norm, bias, tie; float scaling; } cs[] = {
