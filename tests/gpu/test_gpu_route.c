@@ -47,7 +47,7 @@
 #include "cuda/w4a16_decode.cuh"
 
 long long route_sigmoid_mismatches(unsigned *first_bad); /* test_gpu_route_dev.cu */
-long long route_select_mismatches(int n_cases, int *first_bad);
+long long route_select_mismatches(int n_cases, unsigned *first_bad);
 
 #define MAX_H 288
 #define W_TOL 1e-5 /* routing weights: fp32 expf on the GPU against double */
@@ -463,10 +463,10 @@ int main(void)
     CHECK(bad == 0, "router sigmoid: %lld of 2^32 inputs differ from 1 / (1 + expf(-x)), first "
           "bit pattern 0x%08x", bad, first_bad);
     printf("router sigmoid: %lld of 2^32 inputs differ from the IEEE formula\n", bad);
-    int first_case = 0;
+    unsigned first_case = 0;
     const long long bad_sel = route_select_mismatches(6000, &first_case);
     CHECK(bad_sel == 0, "route_select_warp: %lld of 6000 cases differ from the plain rule, "
-          "first case %d", bad_sel, first_case);
+          "first case %u", bad_sel, first_case);
     printf("route_select_warp: %lld of 6000 cases differ from the plain rule (ties, NaN, k "
            "1-40, E 100-256, both scorings)\n", bad_sel);
     CK(cudaStreamDestroy(st));

@@ -36,28 +36,41 @@ __global__ void sigmoid_all_kernel(unsigned long long *bad, unsigned *first_bad)
     }
 }
 
-/* Mismatches over all 2^32 inputs; *first_bad the lowest mismatching bit pattern (or
- * 0xffffffff). -1 on a CUDA error. */
-extern "C" long long route_sigmoid_mismatches(unsigned *first_bad)
+typedef void (*mismatch_launch)(int n, unsigned long long *bad, unsigned *first);
+
+/* Runs launch(n, bad, first) on zeroed counters: returns *bad (mismatches) and sets
+ * *first_bad to *first (the lowest mismatching index, or 0xffffffff). -1 on a CUDA error. */
+static long long count_mismatches(mismatch_launch launch, int n, unsigned *first_bad)
 {
-    unsigned long long *d_bad;
+    unsigned long long *d_bad, bad = 0;
     unsigned *d_first;
     if (cudaMalloc((void **)&d_bad, sizeof *d_bad) != cudaSuccess) return -1;
     if (cudaMalloc((void **)&d_first, sizeof *d_first) != cudaSuccess) {
         cudaFree(d_bad);
         return -1;
     }
-    unsigned long long bad = 0;
     *first_bad = 0xffffffffu;
     cudaMemset(d_bad, 0, sizeof *d_bad);
     cudaMemcpy(d_first, first_bad, sizeof *d_first, cudaMemcpyHostToDevice);
-    sigmoid_all_kernel<<<4096, 256>>>(d_bad, d_first);
+    launch(n, d_bad, d_first);
     cudaError_t err = cudaGetLastError();
     if (err == cudaSuccess) err = cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost);
     if (err == cudaSuccess) err = cudaMemcpy(first_bad, d_first, sizeof *first_bad, cudaMemcpyDeviceToHost);
     cudaFree(d_bad);
     cudaFree(d_first);
     return err == cudaSuccess ? (long long)bad : -1;
+}
+
+static void launch_sigmoid_all(int n, unsigned long long *bad, unsigned *first)
+{
+    (void)n;
+    sigmoid_all_kernel<<<4096, 256>>>(bad, first);
+}
+
+/* Mismatches over all 2^32 inputs; *first_bad the lowest mismatching bit pattern. */
+extern "C" long long route_sigmoid_mismatches(unsigned *first_bad)
+{
+    return count_mismatches(launch_sigmoid_all, 0, first_bad);
 }
 
 /* route_select_warp against the rule done the plain way by one thread, from the same
@@ -67,7 +80,7 @@ extern "C" long long route_sigmoid_mismatches(unsigned *first_bad)
  * or 256, k = 1 + c % 40 (capped at E), sigmoid or softmax, renormalized or not; logits on a
  * coarse grid (exact ties in number), some NaN logits and biases by case. ids and weights
  * must match bit for bit. */
-__global__ void select_cases_kernel(int n_cases, unsigned long long *bad, int *first_bad)
+__global__ void select_cases_kernel(int n_cases, unsigned long long *bad, unsigned *first_bad)
 {
     constexpr int J = FP4_ROUTE_LANE_EXPERTS;
     __shared__ float sp[4][256], sb[4][256];
@@ -117,31 +130,19 @@ __global__ void select_cases_kernel(int n_cases, unsigned long long *bad, int *f
         const float want = p[s] * f;
         if (ids[wi][s] != id[s] || __float_as_uint(w[wi][s]) != __float_as_uint(want)) {
             atomicAdd(bad, 1ull);
-            atomicMin(first_bad, c);
+            atomicMin(first_bad, (unsigned)c);
             return;
         }
     }
 }
 
-/* Cases of select_cases_kernel that differ from the plain rule; *first_bad the lowest (or
- * INT_MAX). -1 on a CUDA error. */
-extern "C" long long route_select_mismatches(int n_cases, int *first_bad)
+static void launch_select_cases(int n_cases, unsigned long long *bad, unsigned *first)
 {
-    unsigned long long *d_bad, bad = 0;
-    int *d_first;
-    if (cudaMalloc((void **)&d_bad, sizeof *d_bad) != cudaSuccess) return -1;
-    if (cudaMalloc((void **)&d_first, sizeof *d_first) != cudaSuccess) {
-        cudaFree(d_bad);
-        return -1;
-    }
-    *first_bad = 0x7fffffff;
-    cudaMemset(d_bad, 0, sizeof *d_bad);
-    cudaMemcpy(d_first, first_bad, sizeof *d_first, cudaMemcpyHostToDevice);
-    select_cases_kernel<<<(n_cases + 3) / 4, 128>>>(n_cases, d_bad, d_first);
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess) err = cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost);
-    if (err == cudaSuccess) err = cudaMemcpy(first_bad, d_first, sizeof *first_bad, cudaMemcpyDeviceToHost);
-    cudaFree(d_bad);
-    cudaFree(d_first);
-    return err == cudaSuccess ? (long long)bad : -1;
+    select_cases_kernel<<<(n_cases + 3) / 4, 128>>>(n_cases, bad, first);
+}
+
+/* Cases of select_cases_kernel that differ from the plain rule; *first_bad the lowest. */
+extern "C" long long route_select_mismatches(int n_cases, unsigned *first_bad)
+{
+    return count_mismatches(launch_select_cases, n_cases, first_bad);
 }
