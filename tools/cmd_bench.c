@@ -8,6 +8,10 @@
  * and the time cuBLAS takes for a dense BF16 GEMM of the same FLOPs ([M topk, H] x [H, 3I]).
  * Each timing: the layer's forward captured in a CUDA graph, L2 flushed (a 256 MB memset)
  * before every repetition, inputs rotated over 4 sets, median of the repetitions (CUDA events).
+ * --prev-layer: after each flush and before the timed forward, untimed, the forward of a second
+ * layer of the same shapes (its own copy of the weights), as in a model where the layer before
+ * ran the same kernels: their code and that layer's data are in the L2, this layer's weights
+ * are not.
  * Scope: "us" is the whole layer, routing included; "route_us" is its prologue alone (routing
  * and grouping, timed the same way) and "exp_us" = us - route_us the expert computation, the
  * scope the peer script times (it builds routing and its sorted ids outside the timed region).
@@ -38,9 +42,11 @@ int cmd_bench(int argc, char **argv)
 
 static const char *usage_text =
     "usage: fp4moe bench [--problems FILE] [--moe-backend NAME] [--all-kernels] [--reps N] [--json FILE] [--seed S]\n"
-    "                    [--dec-slot-tokens 8|16|32]\n"
+    "                    [--dec-slot-tokens 8|16|32] [--prev-layer]\n"
     "--all-kernels: time every kernel of each backend, not only the one the oracle picks (marked *).\n"
     "--dec-slot-tokens: the decode kernel's slot width for M > 32 instead of its rule (for measuring the rule).\n"
+    "--prev-layer: before each timed forward (after the L2 flush) run, untimed, another layer of the same shapes\n"
+    "              with its own weights, as the layer before it in a model (kernel code warm, weights cold).\n"
     "default problems: bench/problems.txt of the source tree (FP4MOE_SRC, else the current directory).\n";
 
 #define ROTATE 4
@@ -67,8 +73,9 @@ static int cmp_float(const void *a, const void *b)
 
 static void *flush_buf;
 
-/* Median microseconds of a graph launch, L2 flushed before each. graphs[r % n]. */
-static float time_graphs(cudaGraphExec_t *graphs, int n, int reps, cudaStream_t s)
+/* Median microseconds of a graph launch, L2 flushed before each. graphs[r % n]; with prev,
+ * prev[r % n] runs after the flush and before the timed launch. */
+static float time_graphs(cudaGraphExec_t *graphs, cudaGraphExec_t *prev, int n, int reps, cudaStream_t s)
 {
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
@@ -78,6 +85,8 @@ static float time_graphs(cudaGraphExec_t *graphs, int n, int reps, cudaStream_t 
         CK(cudaGraphLaunch(graphs[w % n], s));
     for (int r = 0; r < reps; r++) {
         CK(cudaMemsetAsync(flush_buf, r & 0xff, FLUSH_BYTES, s));
+        if (prev)
+            CK(cudaGraphLaunch(prev[r % n], s));
         CK(cudaEventRecord(a, s));
         CK(cudaGraphLaunch(graphs[r % n], s));
         CK(cudaEventRecord(b, s));
@@ -152,7 +161,7 @@ static float cublas_us(cublasHandle_t h, int m, int n, int k, cudaStream_t s)
         exit(CLI_FAIL);
     }
     CK(cudaGraphInstantiate(&ge, g, 0));
-    float us = time_graphs(&ge, 1, 20, s);
+    float us = time_graphs(&ge, NULL, 1, 20, s);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
     cudaFree(A);
@@ -203,7 +212,7 @@ static int load_problems(const char *path, problem **out)
 int cmd_bench(int argc, char **argv)
 {
     const char *problems_path = NULL, *json_path = NULL, *backend = NULL;
-    int all_kernels = 0;
+    int all_kernels = 0, prev_layer = 0;
     long reps = 30, dec_slot = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -213,6 +222,8 @@ int cmd_bench(int argc, char **argv)
             return CLI_OK;
         } else if (!strcmp(a, "--all-kernels")) {
             all_kernels = 1;
+        } else if (!strcmp(a, "--prev-layer")) {
+            prev_layer = 1;
         } else if (!strcmp(a, "--problems")) {
             if (!(problems_path = cli_value("bench", argc, argv, &i)))
                 return CLI_USAGE;
@@ -285,14 +296,15 @@ int cmd_bench(int argc, char **argv)
         return CLI_FAIL;
     }
     if (jf)
-        fprintf(jf, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cublas_peak_TFLOPs\": %.1f, \"dec_slot_tokens\": %ld, \"results\": [\n",
-                dev.name, bw / 1e9, peak / 1e12, dec_slot);
+        fprintf(jf, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cublas_peak_TFLOPs\": %.1f, \"dec_slot_tokens\": %ld, \"prev_layer\": %s, \"results\": [\n",
+                dev.name, bw / 1e9, peak / 1e12, dec_slot, prev_layer ? "true" : "false");
     if (dec_slot) printf("decode slots: %ld tokens (--dec-slot-tokens) where M > 32\n", dec_slot);
+    if (prev_layer) printf("each timed forward runs after another layer's forward (--prev-layer)\n");
     printf("%-32s %-16s %9s %8s %8s %9s %7s %8s %7s %9s %8s\n", "problem (H I E k M routing)", "backend/kernel", "us",
            "route_us", "exp_us", "floor_us", "x_floor", "GB/s", "TFLOP/s", "cublas_us", "bound");
     int first_json = 1;
     fp4_moe_random rw = {0};
-    fp4_gpu_moe *g = NULL; /* kept across problems of one layer shape and top-k */
+    fp4_gpu_moe *g = NULL, *g_prev = NULL; /* kept across problems of one layer shape and top-k */
     int have = 0;
     problem cur = {0};
     for (int pi = 0; pi < np; pi++) {
@@ -334,21 +346,26 @@ int cmd_bench(int argc, char **argv)
                 if (!g) {
                     if (fp4_gpu_moe_create(&A, &rw.w, &g, &e)) return cli_error("bench", &e);
                     if (dec_slot) fp4_gpu_moe_set_dec_slot_tokens(g, (int)dec_slot);
+                    /* the layer before: the same host weights, its own device copy */
+                    if (prev_layer && fp4_gpu_moe_create(&A, &rw.w, &g_prev, &e)) return cli_error("bench", &e);
+                    if (prev_layer && dec_slot) fp4_gpu_moe_set_dec_slot_tokens(g_prev, (int)dec_slot);
                 }
                 size_t wsb = fp4_gpu_moe_workspace_size(g, p->m), xb = (size_t)p->m * p->hidden * 2;
                 void *ws, *x[ROTATE];
-                float *y;
+                float *y, *y_prev = NULL;
                 int32_t *ids;
                 float *tw;
                 CK(cudaMalloc(&ws, wsb ? wsb : 1));
                 CK(cudaMalloc((void **)&y, (size_t)p->m * p->hidden * 4));
+                if (g_prev)
+                    CK(cudaMalloc((void **)&y_prev, (size_t)p->m * p->hidden * 4));
                 CK(cudaMalloc((void **)&ids, (size_t)p->m * p->topk * 4));
                 CK(cudaMalloc((void **)&tw, (size_t)p->m * p->topk * 4));
                 uint16_t *hx = malloc(xb);
                 uint64_t st = seed + (uint64_t)pi;
                 int32_t *hid = malloc((size_t)p->m * p->topk * 4);
                 unsigned char *hit = calloc((size_t)p->experts, 1);
-                cudaGraphExec_t ge[ROTATE], gp[ROTATE]; /* forward, prologue only */
+                cudaGraphExec_t ge[ROTATE], gp[ROTATE], gb[ROTATE]; /* forward, prologue only, layer before */
                 for (int r = 0; r < ROTATE; r++) {
                     for (size_t i = 0; i < (size_t)p->m * p->hidden; i++) {
                         st = st * 6364136223846793005ull + 1442695040888963407ull;
@@ -378,6 +395,15 @@ int cmd_bench(int argc, char **argv)
                         return cli_error("bench", &e);
                     CK(cudaGraphInstantiate(&gp[r], gr, 0));
                     cudaGraphDestroy(gr);
+                    if (g_prev) { /* one workspace for both layers, as in a model */
+                        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                        fst = fp4_gpu_moe_forward(g_prev, kern, x[r], p->m, y_prev, ids, tw, ws, wsb, s, &e);
+                        CK(cudaStreamEndCapture(s, &gr));
+                        if (fst)
+                            return cli_error("bench", &e);
+                        CK(cudaGraphInstantiate(&gb[r], gr, 0));
+                        cudaGraphDestroy(gr);
+                    }
                 }
                 int n_hit = 0;
                 for (int j = 0; j < p->experts; j++)
@@ -392,9 +418,10 @@ int cmd_bench(int argc, char **argv)
                                (double)p->m * p->hidden * (2.0 + 4.0);
                 double flops = 2.0 * p->m * (double)p->topk * 3.0 * p->hidden * p->inter +
                                2.0 * p->m * 3.0 * (double)p->hidden * p->shared;
-                float us = time_graphs(ge, ROTATE, (int)reps, s);
+                cudaGraphExec_t *before = g_prev ? gb : NULL;
+                float us = time_graphs(ge, before, ROTATE, (int)reps, s);
                 /* experts = forward - prologue (routing + grouping): the peer's timed scope */
-                float pro_us = time_graphs(gp, ROTATE, (int)reps, s), exp_us = us - pro_us;
+                float pro_us = time_graphs(gp, before, ROTATE, (int)reps, s), exp_us = us - pro_us;
                 float cb = cublas_us(h, p->m * p->topk, 3 * p->inter, p->hidden, s);
                 double floor_mem = bytes / bw * 1e6, floor_tc = flops / peak * 1e6;
                 double floor_us = floor_mem > floor_tc ? floor_mem : floor_tc;
@@ -417,10 +444,13 @@ int cmd_bench(int argc, char **argv)
                 for (int r = 0; r < ROTATE; r++) {
                     cudaGraphExecDestroy(ge[r]);
                     cudaGraphExecDestroy(gp[r]);
+                    if (g_prev)
+                        cudaGraphExecDestroy(gb[r]);
                     cudaFree(x[r]);
                 }
                 cudaFree(ws);
                 cudaFree(y);
+                cudaFree(y_prev);
                 cudaFree(ids);
                 cudaFree(tw);
                 free(hx);
@@ -432,7 +462,9 @@ int cmd_bench(int argc, char **argv)
                   probs[pi + 1].experts != p->experts || probs[pi + 1].topk != p->topk ||
                   probs[pi + 1].shared != p->shared || probs[pi + 1].skewed != p->skewed)) {
             fp4_gpu_moe_destroy(g); /* the next problem needs another layer */
-            g = NULL;
+            if (g_prev)
+                fp4_gpu_moe_destroy(g_prev);
+            g = g_prev = NULL;
         }
     }
     if (jf) {
