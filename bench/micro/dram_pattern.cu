@@ -18,8 +18,8 @@
  * (%globaltimer: the first block's start to the last block's end; the events also hold ~6 us
  * of launch and event cost, which an empty launch measures).
  *
- *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]
- *                [--xload | --xring] [--xrows R] [--bulk U ...]
+ *   dram_pattern [--blocks N ...] [--reps R] [--free-occupancy | --cap C] [--work W]
+ *                [--xload | --xring] [--xrows R] [--bulk U ...] [--ahead D ...] [--dirty]
  * prints one line per (layout, blocks): microseconds and GB/s of the bytes copied, by the
  * events and by the kernel's span. --work W
  * adds W integer multiply-adds per group and lane (4 independent chains) after each group
@@ -32,6 +32,11 @@
  * the others use zeros (a decode slot of R tokens; M=1: 1).
  * --bulk U (repeatable) adds lines for bulk_kernel at U units of 16 rows per block (blocks / U
  * blocks), each unit's rows asked for by bulk copies at the block's start.
+ * --ahead D (repeatable, 1..RING - 1; default RING - 1 as the decode): groups in flight per warp
+ * ahead of the one it computes (the copy of group i + D is issued after group i's work), one
+ * line per D and layout. --cap C: blocks per SM held to C (default 4; the decode holds M=1's
+ * one-wave grids to ceil(blocks / SMs), 3 at 384). --dirty: the L2 is left full of dirty
+ * lines (the 256 MB memset alone, as `fp4moe bench` flushes) instead of clean.
  * Build: a CMake target of the CUDA build (bench/micro); runs on sm_80 and later.
  */
 #include <cuda_runtime.h>
@@ -90,10 +95,25 @@ static __device__ __forceinline__ void copy_rows(unsigned char *xq, const uint4 
     }
 }
 
-/* span[0] / span[1]: the earliest block start / the latest block end (ns, %globaltimer) */
+/* Waits until at most n of this thread's cp.async commit groups are pending (n < RING). */
+static __device__ __forceinline__ void cp_async_wait_n(int n)
+{
+    switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    default: cp_async_wait<6>(); break;
+    }
+}
+
+/* span[0] / span[1]: the earliest block start / the latest block end (ns, %globaltimer).
+ * ahead: groups in flight ahead of the one computed (1..RING - 1). */
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, int xmode, int xrows,
-               unsigned *sink, unsigned long long *span)
+               int ahead, unsigned *sink, unsigned long long *span)
 {
     __shared__ __align__(16) unsigned char ring[WARPS][RING][512];
     extern __shared__ __align__(16) unsigned char dyn[]; /* padding; the --xring rows */
@@ -103,7 +123,7 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, int 
     const int g = lane >> 2, t = lane & 3; /* B fragment: token row g, lane quad t */
     const uint32_t dst = smem_u32(&ring[warp][0][16 * lane]);
     unsigned char *xq = dyn + (size_t)warp * RING * xrows * X_ROW_PAD;
-    for (int i = 0; i < RING - 1; i++) {
+    for (int i = 0; i < ahead; i++) {
         if (i < GROUPS) {
             cp_async16_pf(dst + 512 * i, src_of(w, tiled, b, warp, i, lane), 16);
             if (xmode == XMODE_RING) copy_rows(xq, x, xrows, warp, i, i, lane);
@@ -121,7 +141,7 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, int 
     for (int i = 0; i < GROUPS; i++) {
         uint4 xn = make_uint4(0, 0, 0, 0), xm = xn;
         if (xl && i + 1 < GROUPS) xn = __ldcg(xr + 8 * (i + 1)), xm = __ldcg(xr + 8 * (i + 1) + 1);
-        cp_async_wait<RING - 2>();
+        cp_async_wait_n(ahead - 1);
         __syncwarp();
         if (xmode == XMODE_RING && g < xrows) {
             const uint4 *xs = (const uint4 *)(xq + ((i % RING) * xrows + g) * X_ROW_PAD + 32 * t);
@@ -140,7 +160,7 @@ pattern_kernel(const unsigned char *w, int tiled, int work, const uint4 *x, int 
         }
         acc ^= c0 ^ c1 ^ c2 ^ c3;
         __syncwarp();
-        const int n = i + RING - 1;
+        const int n = i + ahead;
         if (n < GROUPS) {
             cp_async16_pf(dst + 512 * (n % RING), src_of(w, tiled, b, warp, n, lane), 16);
             if (xmode == XMODE_RING) copy_rows(xq, x, xrows, warp, n, n % RING, lane);
@@ -247,7 +267,7 @@ static int cmp_float(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     int blocks[16], n_blocks = 0, reps = 15, free_occ = 0, work = 0, xmode = 0, xrows = 8;
-    int bulk[8], n_bulk = 0;
+    int bulk[8], n_bulk = 0, aheads[RING], n_ahead = 0, cap = 4, dirty = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--blocks") && i + 1 < argc && n_blocks < 16) {
             blocks[n_blocks] = atoi(argv[++i]);
@@ -285,9 +305,24 @@ int main(int argc, char **argv)
             n_bulk++;
         } else if (!strcmp(argv[i], "--free-occupancy")) {
             free_occ = 1;
+        } else if (!strcmp(argv[i], "--cap") && i + 1 < argc) {
+            cap = atoi(argv[++i]);
+            if (cap < 1 || cap > 8) {
+                fprintf(stderr, "dram_pattern: --cap wants 1..8 blocks per SM, got %s\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--ahead") && i + 1 < argc && n_ahead < RING) {
+            aheads[n_ahead] = atoi(argv[++i]);
+            if (aheads[n_ahead] < 1 || aheads[n_ahead] > RING - 1) {
+                fprintf(stderr, "dram_pattern: --ahead wants 1..%d groups, got %s\n", RING - 1, argv[i]);
+                return 2;
+            }
+            n_ahead++;
+        } else if (!strcmp(argv[i], "--dirty")) {
+            dirty = 1;
         } else {
-            fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy] [--work W]\n"
-                            "                    [--xload | --xring] [--xrows R] [--bulk U ...]\n"
+            fprintf(stderr, "usage: dram_pattern [--blocks N ...] [--reps R] [--free-occupancy | --cap C] [--work W]\n"
+                            "                    [--xload | --xring] [--xrows R] [--bulk U ...] [--ahead D ...] [--dirty]\n"
                             "unknown or incomplete argument: %s\n", argv[i]);
             return 2;
         }
@@ -296,6 +331,7 @@ int main(int argc, char **argv)
         blocks[0] = 384, blocks[1] = 1536, blocks[2] = 6144;
         n_blocks = 3;
     }
+    if (!n_ahead) aheads[n_ahead++] = RING - 1;
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
         printf("SKIP: no CUDA device\n");
@@ -318,12 +354,12 @@ int main(int argc, char **argv)
     CK(cudaMalloc((void **)&sink, 16));
     CK(cudaMemset(w, 0x5a, bytes));
     CK(cudaMemset(clean, 0, FLUSH_BYTES));
-    /* the decode kernel's residency: 4 blocks of 256 threads per SM (registers) */
+    /* the decode kernel's residency: cap blocks of 256 threads per SM (4: its registers) */
     int pad = 0;
     if (!free_occ) {
         cudaDeviceProp prop;
         CK(cudaGetDeviceProperties(&prop, 0));
-        pad = (int)(prop.sharedMemPerMultiprocessor / 4) - (int)sizeof(unsigned char[WARPS][RING][512]) - 2048;
+        pad = (int)(prop.sharedMemPerMultiprocessor / cap) - (int)sizeof(unsigned char[WARPS][RING][512]) - 2048;
         if (pad < 0) pad = 0;
     }
     /* --xring: the rows' ring in the same dynamic shared memory (more of it: fewer blocks) */
@@ -341,7 +377,7 @@ int main(int argc, char **argv)
     { /* the fixed cost of one timed launch: an empty grid of one block */
         for (int r = -2; r < reps; r++) {
             CK(cudaEventRecord(a, 0));
-            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, NULL, 0, xrows, sink, span);
+            pattern_kernel<<<1, WARPS * 32, pad>>>(w, 2, 0, NULL, 0, xrows, RING - 1, sink, span);
             CK(cudaEventRecord(b, 0));
             CK(cudaEventSynchronize(b));
             if (r >= 0) CK(cudaEventElapsedTime(&t[r], a, b));
@@ -351,16 +387,17 @@ int main(int argc, char **argv)
                t[reps / 2] * 1000.0);
     }
     printf("layout blocks blocks/SM MB us GB/s kernel_us kernel_GB/s (work %d per group and lane%s,"
-           " %d token rows; kernel: first block start to last block end, %%globaltimer)\n", work,
+           " %d token rows; L2 %s before each; kernel: first block start to last block end,"
+           " %%globaltimer)\n", work,
            xmode == XMODE_LOAD ? ", activations from L2 one group ahead"
                                : xmode == XMODE_RING ? ", activations through the ring" : "",
-           xrows);
+           xrows, dirty ? "dirty" : "clean");
     /* One line: reps timed launches (two untimed first), L2 left clean before each; the median
      * of the events and of the kernel's span. */
     auto timed = [&](const char *name, int nb, int per, auto launch) {
         for (int r = -2; r < reps; r++) {
             CK(cudaMemsetAsync(flush, r & 0xff, FLUSH_BYTES, 0));
-            read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
+            if (!dirty) read_kernel<<<1024, 256>>>((const uint4 *)clean, FLUSH_BYTES / 16, sink);
             CK(cudaMemcpyAsync(span, span0, sizeof span0, cudaMemcpyHostToDevice, 0));
             CK(cudaEventRecord(a, 0));
             launch();
@@ -381,11 +418,15 @@ int main(int argc, char **argv)
                mb * 1e3 / kus);
     };
     for (int bi = 0; bi < n_blocks; bi++)
-        for (int tiled = 0; tiled < 2; tiled++)
-            timed(tiled ? "tiled" : "rows", blocks[bi], per_sm, [&] {
-                pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, x, xmode, xrows,
-                                                                sink, span);
-            });
+        for (int ai = 0; ai < n_ahead; ai++)
+            for (int tiled = 0; tiled < 2; tiled++) {
+                char name[32];
+                snprintf(name, sizeof name, "%s(ahead-%d)", tiled ? "tiled" : "rows", aheads[ai]);
+                timed(name, blocks[bi], per_sm, [&] {
+                    pattern_kernel<<<blocks[bi], WARPS * 32, pad>>>(w, tiled, work, x, xmode, xrows,
+                                                                    aheads[ai], sink, span);
+                });
+            }
     for (int bi = 0; bi < n_blocks; bi++) {
         for (int q = 0; q < n_bulk; q++) {
             const int u = bulk[q], grid = blocks[bi] / u, dbytes = u * BULK_UNIT;
