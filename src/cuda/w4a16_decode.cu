@@ -11,8 +11,9 @@
  * K slice, double-buffered, when 2 K slices of 4 row warps share them (KS 2: long K with 16-
  * and 32-token slots, and 8-token slots in large grids). NVFP4 weights and scales stream
  * through a per-warp cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB
- * of 16-byte copies in flight while it computes; BF16 weights (shared experts) use register
- * batches.
+ * of 16-byte copies in flight while it computes (4 deep, ~1.5 KB, in the shallow form that
+ * one-wave grids of many warps per SM take: dec_shallow_pays); BF16 weights (shared experts)
+ * use register batches.
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
@@ -111,11 +112,14 @@ static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int 
     return !GATED && p.row_dst && p.row_dst[prow] < 0 ? -1 : arow;
 }
 
-/* Per-warp weight ring of a kernel: RING stages of RR weight rows (NVFP4; BF16 uses none). */
+/* Per-warp weight ring of a kernel: RING stages of RR weight rows (NVFP4; BF16 uses none).
+ * SH (shallow, RT 1 only): half the ring, so a warp keeps 3 groups in flight instead of 7
+ * (dec_shallow_pays says when). */
 #define DEC_UN 4 /* groups per pass of the NVFP4 main loop */
-template <int WF, int RT> struct dec_ring {
+template <int WF, int RT, bool SH = false> struct dec_ring {
     static constexpr bool NV = WF == FP4_DEC_W_NVFP4;
-    static constexpr int RING = NV ? DEC_RING_GROUPS / RT : 1, RR = 16 * RT;
+    static_assert(!SH || RT == 1, "the shallow ring is the RT 2 ring's depth at RT 1");
+    static constexpr int RING = NV ? DEC_RING_GROUPS / (SH ? 2 : RT) : 1, RR = 16 * RT;
     /* scale chunks (SC): passes whose chunks are in shared memory at once (the one read and
      * those issued RING - 1 groups ahead) */
     static constexpr int SQ = (RING - 1 + DEC_UN - 1) / DEC_UN + 1;
@@ -123,17 +127,17 @@ template <int WF, int RT> struct dec_ring {
 /* Scale words per warp: one per row and ring stage, or with SC (scale chunks: a pass's
  * DEC_UN block-scale words of a row come as one 16-byte copy, one scale-copy instruction per
  * pass instead of one per group; dec_scale_chunks says when) a chunk per row and pass. */
-template <int WF, int RT, bool SC> static __host__ __device__ constexpr int dec_swords(void)
+template <int WF, int RT, bool SC, bool SH> static __host__ __device__ constexpr int dec_swords(void)
 {
-    return SC ? dec_ring<WF, RT>::SQ * dec_ring<WF, RT>::RR * 4
-              : dec_ring<WF, RT>::RING * dec_ring<WF, RT>::RR;
+    return SC ? dec_ring<WF, RT, SH>::SQ * dec_ring<WF, RT, SH>::RR * 4
+              : dec_ring<WF, RT, SH>::RING * dec_ring<WF, RT, SH>::RR;
 }
 
 /* One block's work: slot `slot` (expert `expert`) of TS padded rows, of which the first
  * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. src_lane
  * (32-token slots only): the row of a that padded row slot TS + lane reads (dec_a_row; -1
  * none), loaded by the kernel beside the slot's expert. */
-template <int WF, int GATED, int KS, int RT, int NB, int TS, bool OT, bool SC>
+template <int WF, int GATED, int KS, int RT, int NB, int TS, bool OT, bool SC, bool SH>
 static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int slot, int expert,
                                                  int src_lane, unsigned char *xs, void *wring_v,
                                                  void *sring_v, void *red_v)
@@ -141,7 +145,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
     constexpr int RW = DEC_WARPS / KS;                     /* row warps */
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     constexpr int U = 2;                                   /* BF16: 64-groups per load batch */
-    constexpr int RING = dec_ring<WF, RT>::RING, RR = dec_ring<WF, RT>::RR;
+    constexpr int RING = dec_ring<WF, RT, SH>::RING, RR = dec_ring<WF, RT, SH>::RR;
     constexpr int TT = 8 * NB;                             /* tokens computed (rows staged) */
     static_assert(NV || NB == 1, "BF16 weights: one n8 token tile per slot");
     static_assert(RT * NB * 4 * 32 <= RING * RR * 8, "split-K partials reuse the warp's ring");
@@ -152,7 +156,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
     auto wring = (uint32_t (*)[RING][RR][8])wring_v;
     auto sring = (uint32_t (*)[RING][RR])sring_v;
     static_assert(!SC || (NV && !OT), "scale chunks: NVFP4 K slices");
-    constexpr int SQ = dec_ring<WF, RT>::SQ;
+    constexpr int SQ = dec_ring<WF, RT, SH>::SQ;
     auto sq = (uint32_t (*)[SQ][RR][4])sring_v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ks = warp % KS, rw = warp / KS;
@@ -565,17 +569,18 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 }
 
 
-template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false>
+template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false,
+          bool SH = false>
 __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
-    constexpr int RING = dec_ring<WF, RT>::RING, RR = dec_ring<WF, RT>::RR;
+    constexpr int RING = dec_ring<WF, RT, SH>::RING, RR = dec_ring<WF, RT, SH>::RR;
     constexpr int TS = 8 * NB; /* padded rows per slot */
     /* split-K partials: BF16 here, NVFP4 in the warp's own ring once its main loop is done */
     __shared__ float red[!NV && KS > 1 ? DEC_WARPS : 1][RT][4][32];
     extern __shared__ __align__(16) unsigned char xs[]; /* XS: dec_xs_bytes(KS, TS, k) */
     __shared__ __align__(16) uint32_t wring[NV ? DEC_WARPS : 1][RING][RR][8];
-    __shared__ __align__(16) uint32_t sring[NV ? DEC_WARPS : 1][dec_swords<WF, RT, SC>()];
+    __shared__ __align__(16) uint32_t sring[NV ? DEC_WARPS : 1][dec_swords<WF, RT, SC, SH>()];
     /* The slot table and activations come from the kernels before. weights_first (plain
      * NVFP4): the table's writer has completed before this kernel could launch (the header
      * says when), so the wait for the activations is deferred past the first weight copies
@@ -603,11 +608,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_g
                                 grouping fills a slot from row 0; a row of no token reads -1) */
         const unsigned used = __ballot_sync(0xffffffffu, src >= 0);
         const int nbu = used ? (31 - __clz((int)used)) / 8 + 1 : 1;
-        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS, OT, SC>(p, slot, expert, src, xs, wring, sring, red);
-        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS, OT, SC>(p, slot, expert, src, xs, wring, sring, red);
-        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS, OT, SC>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS, OT, SC, SH>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS, OT, SC, SH>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS, OT, SC, SH>(p, slot, expert, src, xs, wring, sring, red);
     }
-    dec_block<WF, GATED, KS, RT, NB, TS, OT, SC>(p, slot, expert, src, xs, wring, sring, red);
+    dec_block<WF, GATED, KS, RT, NB, TS, OT, SC, SH>(p, slot, expert, src, xs, wring, sring, red);
 }
 
 /* x [m, h] natural -> xp paired: units (row, 64-group, lane quad t) of 16 elements. */
@@ -1065,21 +1070,77 @@ static bool dec_ks2_pays(long long blocks)
 
 static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every launch writes) */
 
-template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false>
-static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
+/* The shallow ring (SH in dec_ring: 3 groups in flight per warp instead of 7) for the KS 8
+ * RT 1 kernels, the one-token FC2 included, where the grid is one wave (at most 4 blocks per
+ * SM, the registers' limit) and at least 24 warps per SM stream weights (3 blocks of 8; the
+ * one-token FC2 has a warp per chosen expert, so 8 only at top-8 and more). At M=1 top-8
+ * (tp8: FC1 and the one-token FC2, 384 blocks each) a warp's first groups then land sooner,
+ * since the SMs ask for less at once, and its work starts earlier (bench/micro/dram_pattern
+ * --ahead: 2-3 groups ahead best at 24 warps per SM). H200, whole layer, against the deep
+ * ring (bench/NOTES.md thirty-fifth session): SH for every RT 1 launch -5.4% at tp8 top-8
+ * M=1, -1.2% at I = 3072 M=1, +1.2% top-4 M=1 (FC1 at 2 blocks per SM, the one-token FC2 at
+ * 4 warps a block), +0.9% at M=8 (FC1 over several waves); for FC1 and the one-token FC2 in
+ * one-wave grids of 3-4 blocks per SM -5.7% top-8 M=1, -1.4% at I = 3072 M=1, top-4 M=1 -0.7
+ * and +3.5% in two calls; either kernel alone -1.9% / +0.9% at top-8 M=1. dec_shallow_force:
+ * 0 the rule, 1 every launch that has the shallow form, 2 none (tests: same products, bit for
+ * bit). FP4_DEC_SHALLOW_MODE (measurement builds): bit 0 the one-token FC2, bit 1 the other
+ * KS 8 RT 1 kernels. */
+#ifndef FP4_DEC_SHALLOW_MODE
+#define FP4_DEC_SHALLOW_MODE 3
+#endif
+static int dec_shallow_force;
+static int dec_last_sh; /* fp4_dec_last_shallow (relaxed atomics: every launch writes) */
+
+extern "C" int fp4_dec_set_shallow_ring(int force)
+{
+    const int old = dec_shallow_force;
+    dec_shallow_force = force;
+    return old;
+}
+
+extern "C" int fp4_dec_last_shallow(void)
+{
+    return __atomic_load_n(&dec_last_sh, __ATOMIC_RELAXED);
+}
+
+static bool dec_shallow_pays(bool ot, int warps, long long blocks)
+{
+    if (dec_shallow_force) return dec_shallow_force == 1;
+    if (!(FP4_DEC_SHALLOW_MODE & (ot ? 1 : 2))) return false;
+    int dev;
+    const int n_sm = dec_sm_count(&dev);
+    const long long per_sm = n_sm > 0 ? (blocks + n_sm - 1) / n_sm : 0;
+    return per_sm >= 1 && per_sm <= 4 && per_sm * warps >= 3 * DEC_WARPS;
+}
+
+template <int WF, int GATED, int KS, int RT, int NB, bool OT, bool SC, bool SH>
+static cudaError_t launch_grid(const fp4_dec_gemm_args *p, dim3 grid, cudaStream_t stream)
 {
     __atomic_store_n(&dec_last_sc, (int)SC, __ATOMIC_RELAXED);
-    const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = dec_block_tiles(KS, RT);
-    const int grid_y = (n_tiles + per_block - 1) / per_block; /* KS 8 RT 1: one tile a block */
-    if (grid_y > 65535) return cudaErrorInvalidValue;
-    dim3 grid((unsigned)p->n_slots, (unsigned)grid_y);
-    const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC>;
+    __atomic_store_n(&dec_last_sh, (int)SH, __ATOMIC_RELAXED);
+    const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH>;
     const long long blocks = (long long)grid.x * grid.y;
     const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k)
                                      : dec_spread_bytes((const void *)kern, blocks);
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t cfg = fp4_pdl_config(grid, dim3(DEC_THREADS), xs, stream, at);
     return cudaLaunchKernelEx(&cfg, kern, *p);
+}
+
+template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false>
+static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
+{
+    const int n_tiles = GATED ? p->n / 8 : p->n / 16, per_block = dec_block_tiles(KS, RT);
+    const int grid_y = (n_tiles + per_block - 1) / per_block; /* KS 8 RT 1: one tile a block */
+    if (grid_y > 65535) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)p->n_slots, (unsigned)grid_y);
+    /* warps of a block that stream weights; the one-token FC2: a warp per slot of the table
+     * (k + 1 slots at M=1, the last empty: an upper bound of those in use) */
+    const int warps = OT ? (p->a_rows / 8 < DEC_WARPS ? p->a_rows / 8 : DEC_WARPS) : DEC_WARPS;
+    if constexpr (WF == FP4_DEC_W_NVFP4 && KS == DEC_WARPS && RT == 1 && NB == 1)
+        if (dec_shallow_pays(OT, warps, (long long)grid.x * grid.y))
+            return launch_grid<WF, GATED, KS, RT, NB, OT, SC, true>(p, grid, stream);
+    return launch_grid<WF, GATED, KS, RT, NB, OT, SC, false>(p, grid, stream);
 }
 
 /* The staged-activation kernels (NVFP4, KS 1 and 2: the ones launch_nv instantiates) may take
@@ -1173,6 +1234,7 @@ static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t s
 extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     __atomic_store_n(&dec_last_sc, 0, __ATOMIC_RELAXED); /* a refused call ran nothing */
+    __atomic_store_n(&dec_last_sh, 0, __ATOMIC_RELAXED);
     if (!p || !p->a || !p->out || p->k < 64 || p->k % 64 || p->n < 16 ||
         p->n % (p->gated ? 8 : 16) || p->n_slots < 1 || p->a_rows < 1 ||
         p->tiles_per_warp < 0 || p->tiles_per_warp > 2 ||

@@ -24,8 +24,10 @@
  * (FC1 as 2 K slices sharing staged activations): 16 in long-K H=1344 top-4 M=40 and tp8
  * top-4 M=256, 32 in long-K top-8 (20 and 32 per expert: slots of 3 and 4 n8 tiles), tp8
  * top-8 M=256 and tp8-large (partial second slots: 1-3 n8 tiles); 8-token slots at KS 2,
- * which the launcher takes only in large grids, by a lowered bound (run_staged8: wide-I and
- * wide-HI at M 1 and 7, tp8 at M 1, 7 and 64).
+ * which the launcher takes only in large grids, by a lowered bound (run_forced: wide-I and
+ * wide-HI at M 1 and 7, tp8 at M 1, 7 and 64); the shallow weight ring of the KS 8 RT 1
+ * kernels and the one-token FC2, which the launcher takes at tp8 top-8 M=1, forced on for
+ * wide-I, wide-HI and tp8 at M 1 (and 7, where it has nothing to change) (run_forced).
  * sm90-wgmma's FC2 with the token tile resident (K <= 384, <= 48 rows per expert) runs at
  * every shape's small M, long-K, tp8 M <= 256 and tp8-large top-4 M=1000 (two slots of one
  * expert where the skewed routing piles tokens on experts 0 and 1; 48 KB of B at I=384,
@@ -732,22 +734,35 @@ static void run_shape(const shape_spec *sp, cudaStream_t s)
     free_layer(&t);
 }
 
-/* 8-token decode slots of long K with staged activations over 2 K slices (KS 2): the
- * launcher takes them only in grids of >= 12 blocks per SM (I = 3072 at M >= 4), which no
- * shape here reaches, so its bound is lowered to 0 for these. Then FC1 where K = H >= 1024
- * (wide-HI, tp8, with the nvfp4 shared FC1 at wide-HI), FC2 and the nvfp4 shared FC2 where
- * K = I = 1024 (wide-I, wide-HI) run at KS 2; the one-token FC2 (M=1) keeps its own kernel. */
-static void run_staged8(int full, cudaStream_t s)
+/* Decode kernels that the launcher takes only where no shape here reaches, run by its
+ * switches. 8-token slots of long K with staged activations over 2 K slices (KS 2): taken in
+ * grids of >= 12 blocks per SM (I = 3072 at M >= 4), so the bound is lowered to 0. Then FC1
+ * where K = H >= 1024 (wide-HI, tp8, with the nvfp4 shared FC1 at wide-HI), FC2 and the nvfp4
+ * shared FC2 where K = I = 1024 (wide-I, wide-HI) run at KS 2; the one-token FC2 (M=1) keeps
+ * its own kernel. The shallow weight ring of the KS 8 RT 1 kernels and the one-token FC2
+ * (fp4_dec_set_shallow_ring): taken for one-wave grids with 24 or more weight-streaming warps
+ * per SM (tp8 top-8 M=1 here), so forced on at M=1 and 7 for grids it leaves deep: wide-I
+ * (the one-token FC2 at K = 1024), wide-HI (the one-token FC2; FC1 at K = 1024 with one tile
+ * a warp at top-4) and tp8 (top-4: FC1 at K = 6144 and the one-token FC2 of 4 experts). At
+ * M=7 the decode FC1 runs two tiles a warp, which have no shallow form. The small suite
+ * leaves tp8 out. */
+static void run_forced(int full, cudaStream_t s)
 {
     static const int ms_w[] = {1, 7}, ms_t[] = {1, 7, 64}, k48[] = {4, 8};
-    const shape_spec st[] = {
-        {"wide-I, staged 8-token slots", 256, 8, 1024, SH_NVFP4, 1024, ms_w, 2, k48, 2, 0, 0},
-        {"wide-HI, staged 8-token slots", 1024, 8, 1024, SH_NVFP4, 1024, ms_w, 2, k48, 2, 0, 0},
-        {"tp8, staged 8-token slots", 6144, 128, 384, SH_MXFP8, 384, ms_t, 3, k48, 2, 0, 0},
+    const shape_spec st[2][3] = {
+        {{"wide-I, staged 8-token slots", 256, 8, 1024, SH_NVFP4, 1024, ms_w, 2, k48, 2, 0, 0},
+         {"wide-HI, staged 8-token slots", 1024, 8, 1024, SH_NVFP4, 1024, ms_w, 2, k48, 2, 0, 0},
+         {"tp8, staged 8-token slots", 6144, 128, 384, SH_MXFP8, 384, ms_t, 3, k48, 2, 0, 0}},
+        {{"wide-I, shallow ring", 256, 8, 1024, SH_NVFP4, 1024, ms_w, 2, k48, 2, 0, 0},
+         {"wide-HI, shallow ring", 1024, 8, 1024, SH_NVFP4, 1024, ms_w, 2, k48, 2, 0, 0},
+         {"tp8, shallow ring", 6144, 128, 384, SH_MXFP8, 384, ms_w, 2, k48, 2, 0, 0}},
     };
-    const int old = fp4_dec_set_ks2_per_sm(0);
-    for (int i = 0; i < (full ? 3 : 2); i++) run_shape(&st[i], s);
-    fp4_dec_set_ks2_per_sm(old);
+    for (int f = 0; f < 2; f++) {
+        const int old = f ? fp4_dec_set_shallow_ring(1) : fp4_dec_set_ks2_per_sm(0);
+        for (int i = 0; i < (full ? 3 : 2); i++) run_shape(&st[f][i], s);
+        if (f) fp4_dec_set_shallow_ring(old);
+        else fp4_dec_set_ks2_per_sm(old);
+    }
 }
 
 int main(void)
@@ -811,12 +826,12 @@ int main(void)
             {"wide-HI", 1024, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         };
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
-        run_staged8(0, s);
+        run_forced(0, s);
     } else if (is_profile) {
         run_timing(1, s); /* for a profiler: one replay per point, no correctness cases */
     } else {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i], s);
-        run_staged8(1, s);
+        run_forced(1, s);
         if (timing && *timing && strcmp(timing, "0")) run_timing(0, s);
     }
     run_reject_case();

@@ -21,6 +21,8 @@
  * and 16 alone), n = 128 (two column tiles), at 40 rows per expert (below WG_DEEP_ROWS) and
  * 100 (the DEEP kernel, whose bodies below 128 tokens take the chunks too), and at 100 a
  * third table of pairs with an expert's tail (144 and 160 tokens).
+ * Also the shallow weight ring (fp4_dec_set_shallow_ring) of the KS 8 one-tile cases, forced
+ * on: the same bytes as the deep ring's.
  * The values themselves are checked against the CPU reference by test_gpu_moe (its tp8 and
  * tiny shapes take the chunks).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
@@ -113,6 +115,7 @@ static void run_case(const dec_case *c, uint64_t *seed)
     p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.tiles_per_warp = c->rt2 ? 2 : 1, p.tile_t = tt;
 
     const int old_ks2 = fp4_dec_set_ks2_per_sm(c->ks2 ? 0 : 24);
+    const int old_sh = fp4_dec_set_shallow_ring(2); /* the deep ring: the rule stays out */
     uint8_t *res[2] = {o0, o1};
     for (int on = 1; on >= 0; on--) {
         fp4_dec_set_scale_chunks(on);
@@ -130,10 +133,30 @@ static void run_case(const dec_case *c, uint64_t *seed)
     }
     fp4_dec_set_scale_chunks(1);
     fp4_dec_set_ks2_per_sm(old_ks2);
+    /* KS 8 with one m16 tile a warp: the shallow ring too (scale chunks on), whose output
+     * must be the deep ring's bit for bit */
+    const size_t row_bytes = (size_t)n * (c->gated ? 2 : 4);
+    long long sh_diff = -1;
+    if (tt == 8 && !c->rt2 && !c->ks2) {
+        uint8_t *o2 = malloc(out_bytes);
+        fp4_dec_set_shallow_ring(1);
+        CK(cudaMemset(d_out, 0x7b, out_bytes));
+        CK(fp4_dec_gemm(&p, 0));
+        CHECK(fp4_dec_last_shallow() == 1, "decode %s k %d: the shallow ring did not run when "
+              "forced", c->gated ? "gated" : "plain", k);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(o2, d_out, out_bytes, cudaMemcpyDeviceToHost));
+        sh_diff = 0;
+        for (int r = 0; r < a_rows; r++)
+            if (r / tt != 2)
+                for (size_t b = 0; b < row_bytes; b++)
+                    sh_diff += o2[r * row_bytes + b] != o1[r * row_bytes + b];
+        free(o2);
+    }
+    fp4_dec_set_shallow_ring(old_sh);
 
     /* the rows that hold a token, outside the empty slot (2): written by both runs (a
      * 32-token slot runs only its n8 tiles that hold tokens, so rows past them are not) */
-    const size_t row_bytes = (size_t)n * (c->gated ? 2 : 4);
     long long diff = 0, poison = 0, nonzero = 0, first = -1, written = 0;
     for (int r = 0; r < a_rows; r++) {
         if (r / tt == 2) continue;
@@ -156,8 +179,11 @@ static void run_case(const dec_case *c, uint64_t *seed)
           what, k, tt, poison, written);
     CHECK(nonzero > written / 2, "%s k %d, %d-token slots: only %lld of %lld output bytes non-zero",
           what, k, tt, nonzero, written);
-    printf("%s k %d, %d-token slots%s%s, last slot %d rows: %lld bytes equal\n", what, k, tt,
-           c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", tt - c->gap, written);
+    CHECK(sh_diff <= 0, "%s k %d, 8-token slots: %lld bytes differ with the shallow ring", what,
+          k, sh_diff);
+    printf("%s k %d, %d-token slots%s%s, last slot %d rows: %lld bytes equal%s\n", what, k, tt,
+           c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", tt - c->gap, written,
+           sh_diff == 0 ? " (and with the shallow ring)" : "");
 
     free_inputs(&in), cudaFree(d_te), cudaFree(d_out);
     free(o1), free(o0);
