@@ -148,7 +148,8 @@ int fp4_dec_set_scale_chunks(int on);
 int fp4_dec_last_scale_chunks(void);
 
 /* The shallow weight ring of the KS 8 RT 1 kernels, the one-token FC2 included (3 groups in
- * flight per warp instead of 7; the launcher's rule: grids of one wave at 3-4 blocks per SM).
+ * flight per warp instead of 7; the launcher's rule: one-wave grids with 24 or more
+ * weight-streaming warps per SM).
  * force: 0 the rule, 1 every launch that has the shallow form, 2 none; returns the previous
  * setting. The output is the same bit for bit (tests compare them). Not thread-safe: set it
  * before any forward. fp4_dec_last_shallow: 1 when the last fp4_dec_gemm call launched the
