@@ -1083,11 +1083,7 @@ static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every lau
  * one-wave grids of 3-4 blocks per SM -5.7% top-8 M=1, -1.4% at I = 3072 M=1, top-4 M=1 -0.7
  * and +3.5% in two calls; either kernel alone -1.9% / +0.9% at top-8 M=1. dec_shallow_force:
  * 0 the rule, 1 every launch that has the shallow form, 2 none (tests: same products, bit for
- * bit). FP4_DEC_SHALLOW_MODE (measurement builds): bit 0 the one-token FC2, bit 1 the other
- * KS 8 RT 1 kernels. */
-#ifndef FP4_DEC_SHALLOW_MODE
-#define FP4_DEC_SHALLOW_MODE 3
-#endif
+ * bit). */
 static int dec_shallow_force;
 static int dec_last_sh; /* fp4_dec_last_shallow (relaxed atomics: every launch writes) */
 
@@ -1103,10 +1099,9 @@ extern "C" int fp4_dec_last_shallow(void)
     return __atomic_load_n(&dec_last_sh, __ATOMIC_RELAXED);
 }
 
-static bool dec_shallow_pays(bool ot, int warps, long long blocks)
+static bool dec_shallow_pays(int warps, long long blocks)
 {
     if (dec_shallow_force) return dec_shallow_force == 1;
-    if (!(FP4_DEC_SHALLOW_MODE & (ot ? 1 : 2))) return false;
     int dev;
     const int n_sm = dec_sm_count(&dev);
     const long long per_sm = n_sm > 0 ? (blocks + n_sm - 1) / n_sm : 0;
@@ -1138,7 +1133,7 @@ static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
      * (k + 1 slots at M=1, the last empty: an upper bound of those in use) */
     const int warps = OT ? (p->a_rows / 8 < DEC_WARPS ? p->a_rows / 8 : DEC_WARPS) : DEC_WARPS;
     if constexpr (WF == FP4_DEC_W_NVFP4 && KS == DEC_WARPS && RT == 1 && NB == 1)
-        if (dec_shallow_pays(OT, warps, (long long)grid.x * grid.y))
+        if (dec_shallow_pays(warps, (long long)grid.x * grid.y))
             return launch_grid<WF, GATED, KS, RT, NB, OT, SC, true>(p, grid, stream);
     return launch_grid<WF, GATED, KS, RT, NB, OT, SC, false>(p, grid, stream);
 }
