@@ -12,8 +12,8 @@
  * and 32-token slots, and 8-token slots in large grids). NVFP4 weights and scales stream
  * through a per-warp cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB
  * of 16-byte copies in flight while it computes (4 deep, ~1.5 KB, in the shallow form that
- * one-wave grids of many warps per SM take: dec_shallow_pays); BF16 weights (shared experts)
- * use register batches.
+ * one-wave grids of many warps per SM take, and 2 groups of two tiles instead of 3 at RT 2:
+ * dec_shallow_pays); BF16 weights (shared experts) use register batches.
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
  * columns, so SwiGLU runs in registers; plain (FC2) tiles hold 16 output rows.
  * Block: 8 warps = KS k-slices x (8 / KS) row warps, each warp RT m16 tiles sharing its B
@@ -112,17 +112,21 @@ static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int 
     return !GATED && p.row_dst && p.row_dst[prow] < 0 ? -1 : arow;
 }
 
-/* Per-warp weight ring of a kernel: RING stages of RR weight rows (NVFP4; BF16 uses none).
- * SH (shallow, RT 1 only): half the ring, so a warp keeps 3 groups in flight instead of 7
- * (dec_shallow_pays says when). */
+/* Per-warp weight ring of a kernel: RING stages of RR weight rows (NVFP4; BF16 uses none),
+ * LEAD groups in flight while one computes (RING - 1, or fewer in the shallow form).
+ * SH (shallow; dec_shallow_pays says when): at RT 1 half the ring, 3 groups in flight
+ * instead of 7; at RT 2 the same 4 stages (a pass of DEC_UN groups is the least ring) with
+ * DEC_RT2_LEAD groups in flight instead of 3. */
 #define DEC_UN 4 /* groups per pass of the NVFP4 main loop */
+#define DEC_RT2_LEAD 2 /* groups in flight per warp of the shallow RT 2 form */
 template <int WF, int RT, bool SH = false> struct dec_ring {
     static constexpr bool NV = WF == FP4_DEC_W_NVFP4;
-    static_assert(!SH || RT == 1, "the shallow ring is the RT 2 ring's depth at RT 1");
-    static constexpr int RING = NV ? DEC_RING_GROUPS / (SH ? 2 : RT) : 1, RR = 16 * RT;
+    static constexpr int RING = NV ? DEC_RING_GROUPS / (SH && RT == 1 ? 2 : RT) : 1, RR = 16 * RT;
+    static constexpr int LEAD = SH && RT == 2 ? DEC_RT2_LEAD : RING - 1;
+    static_assert(!NV || (LEAD >= 1 && LEAD < RING), "a lead of 1 to RING - 1 groups");
     /* scale chunks (SC): passes whose chunks are in shared memory at once (the one read and
-     * those issued RING - 1 groups ahead) */
-    static constexpr int SQ = (RING - 1 + DEC_UN - 1) / DEC_UN + 1;
+     * those issued LEAD groups ahead) */
+    static constexpr int SQ = (LEAD + DEC_UN - 1) / DEC_UN + 1;
 };
 /* Scale words per warp: one per row and ring stage, or with SC (scale chunks: a pass's
  * DEC_UN block-scale words of a row come as one 16-byte copy, one scale-copy instruction per
@@ -156,7 +160,9 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
     auto wring = (uint32_t (*)[RING][RR][8])wring_v;
     auto sring = (uint32_t (*)[RING][RR])sring_v;
     static_assert(!SC || (NV && !OT), "scale chunks: NVFP4 K slices");
-    constexpr int SQ = dec_ring<WF, RT, SH>::SQ;
+    constexpr int SQ = dec_ring<WF, RT, SH>::SQ, LEAD = dec_ring<WF, RT, SH>::LEAD;
+    static_assert(LEAD == RING - 1 || (KS == DEC_WARPS && RING == DEC_UN),
+                  "a shorter lead: KS 8 (no staged chunks) and a pass per ring");
     auto sq = (uint32_t (*)[SQ][RR][4])sring_v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ks = warp % KS, rw = warp / KS;
@@ -314,11 +320,11 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
             }
         };
         /* Step of group i = the pass's first + u (left: groups from the pass's first on)
-         * from stage st; group i + RING - 1 goes into stage ist (the one the step before
-         * read). edge: a staged chunk begins at i (i is a multiple of DEC_XCG). */
+         * from stage st; group i + LEAD goes into stage ist (with the full lead the one the
+         * step before read). edge: a staged chunk begins at i (i is a multiple of DEC_XCG). */
         auto step = [&](int i, int u, int left, int st, int ist, bool edge,
                         const uint4 (&xl)[NB][2], uint4 (&xn)[NB][2]) {
-            cp_async_wait<RING - 2>(); /* this lane's copies of group i landed */
+            cp_async_wait<LEAD - 1>(); /* this lane's copies of group i landed */
             if (XCH && edge && i > 0) {
                 /* chunk i / XG landed (its copies are older than ring group i: DEC_XCG >=
                  * RING - 2) and every row warp of the slice is done with chunk i / XG - 1:
@@ -328,7 +334,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
             } else {
                 __syncwarp(); /* every lane's copies landed; stage ist read */
             }
-            issue(u + RING - 1, left, ist);
+            issue(u + LEAD, left, ist);
             if constexpr (XS) {
                 const int c = XCH ? i / DEC_XCG : 0, gi = XCH ? i % DEC_XCG : i;
                 uint4 xc[NB][2];
@@ -365,7 +371,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
             }
         }
 #pragma unroll
-        for (int i = 0; i < RING - 1; i++) issue(i, ng, i);
+        for (int i = 0; i < LEAD; i++) issue(i, ng, i);
         if constexpr (XS && !XCH) {
             if (wfirst) {
                 fp4_pdl_wait();
@@ -391,7 +397,8 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
             }
         }
         /* Passes of UN groups: group i + u reads stage ro + u and refills the stage before
-         * it, so every ring offset is the pass's base plus a constant. */
+         * it (a shorter lead, RING == UN so ro == 0: stage u + LEAD), so every ring offset is
+         * the pass's base plus a constant. */
         constexpr int UN = DEC_UN;
         static_assert(RING % UN == 0 && UN % 2 == 0 && (!XCH || DEC_XCG == UN),
                       "the ring holds whole passes, a pass whole staged chunks");
@@ -400,8 +407,10 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 #pragma unroll
             for (int u = 0; u < UN; u++) {
                 if (u >= left) break;
-                if (u & 1) step(i + u, u, left, ro + u, ro + u - 1, false, xb, xa);
-                else step(i + u, u, left, ro + u, u ? ro + u - 1 : rp, u == 0, xa, xb);
+                constexpr bool FULL = LEAD == RING - 1;
+                const int ist = FULL ? (u ? ro + u - 1 : rp) : (u + LEAD) & (RING - 1);
+                if (u & 1) step(i + u, u, left, ro + u, ist, false, xb, xa);
+                else step(i + u, u, left, ro + u, ist, u == 0, xa, xb);
             }
 #pragma unroll
             for (int j = 0; j < RT; j++) cwp[j] += FP4_WQ_TILE * UN;
@@ -569,9 +578,11 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 }
 
 
+/* B4: registers held to 64 a thread so that 4 blocks fit an SM (dec_four_pays; the KS 8 RT 2
+ * kernels take 69-75 otherwise, 3 blocks per SM, and fit 64 without spills). */
 template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false,
-          bool SH = false>
-__global__ void __launch_bounds__(DEC_THREADS, 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
+          bool SH = false, bool B4 = false>
+__global__ void __launch_bounds__(DEC_THREADS, B4 ? 4 : 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     constexpr int RING = dec_ring<WF, RT, SH>::RING, RR = dec_ring<WF, RT, SH>::RR;
@@ -1083,7 +1094,12 @@ static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every lau
  * one-wave grids of 3-4 blocks per SM -5.7% top-8 M=1, -1.4% at I = 3072 M=1, top-4 M=1 -0.7
  * and +3.5% in two calls; either kernel alone -1.9% / +0.9% at top-8 M=1. dec_shallow_force:
  * 0 the rule, 1 every launch that has the shallow form, 2 none (tests: same products, bit for
- * bit). */
+ * bit).
+ * The KS 8 RT 2 kernels (FC1 at M = 2-64 on tp8 shapes, FC2 where I >= 1024) take their
+ * shallow form, 2 groups of two tiles in flight per warp instead of 3 (their ring stays 4
+ * groups: a pass), in every grid: against 3, whole layer, tp8 top-8 M=2-64 -0.5 to -2.9%
+ * over two calls, top-4 M=4 / 32 -0.9 to -1.5%, I = 3072 M=1-8 +-0.2%; a lead of 1 lost
+ * (+0.1 to +6.6%). */
 static int dec_shallow_force;
 static int dec_last_sh; /* fp4_dec_last_shallow (relaxed atomics: every launch writes) */
 
@@ -1099,21 +1115,35 @@ extern "C" int fp4_dec_last_shallow(void)
     return __atomic_load_n(&dec_last_sh, __ATOMIC_RELAXED);
 }
 
-static bool dec_shallow_pays(int warps, long long blocks)
+static bool dec_shallow_pays(int rt, int warps, long long blocks)
 {
     if (dec_shallow_force) return dec_shallow_force == 1;
+    if (rt == 2) return true;
     int dev;
     const int n_sm = dec_sm_count(&dev);
     const long long per_sm = n_sm > 0 ? (blocks + n_sm - 1) / n_sm : 0;
     return per_sm >= 1 && per_sm <= 4 && per_sm * warps >= 3 * DEC_WARPS;
 }
 
-template <int WF, int GATED, int KS, int RT, int NB, bool OT, bool SC, bool SH>
+/* Four blocks per SM for the shallow KS 8 RT 2 kernels (B4 in fp4_dec_kernel) in grids of 20
+ * or more blocks per SM. H200, whole layer, tp8 shapes, against 3 per SM (both with the
+ * shorter lead; bench/NOTES.md thirty-sixth session): top-8 M=16 / 32 / 64 (26-35 blocks per
+ * SM) -1.5 / -3.0 / -3.8%, top-4 M=32 -2.9%, I = 3072 M=2 -5.7% (FC2 at 25 per SM, FC1 at
+ * 12); but M=2 / 4 (3 and 6.5 per SM) +3.8 / +6.2%, top-4 M=4 +3.5%, M=8 (13 per SM) +0.7 /
+ * +2.2%: below ~20 per SM the fourth block makes the waves (or the one wave) uneven. */
+static bool dec_four_pays(long long blocks)
+{
+    int dev;
+    const int n_sm = dec_sm_count(&dev);
+    return n_sm > 0 && blocks >= 20LL * n_sm;
+}
+
+template <int WF, int GATED, int KS, int RT, int NB, bool OT, bool SC, bool SH, bool B4 = false>
 static cudaError_t launch_grid(const fp4_dec_gemm_args *p, dim3 grid, cudaStream_t stream)
 {
     __atomic_store_n(&dec_last_sc, (int)SC, __ATOMIC_RELAXED);
     __atomic_store_n(&dec_last_sh, (int)SH, __ATOMIC_RELAXED);
-    const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH>;
+    const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH, B4>;
     const long long blocks = (long long)grid.x * grid.y;
     const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k)
                                      : dec_spread_bytes((const void *)kern, blocks);
@@ -1132,9 +1162,14 @@ static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
     /* warps of a block that stream weights; the one-token FC2: a warp per slot of the table
      * (k + 1 slots at M=1, the last empty: an upper bound of those in use) */
     const int warps = OT ? (p->a_rows / 8 < DEC_WARPS ? p->a_rows / 8 : DEC_WARPS) : DEC_WARPS;
-    if constexpr (WF == FP4_DEC_W_NVFP4 && KS == DEC_WARPS && RT == 1 && NB == 1)
-        if (dec_shallow_pays(warps, (long long)grid.x * grid.y))
+    const long long blocks = (long long)grid.x * grid.y;
+    if constexpr (WF == FP4_DEC_W_NVFP4 && KS == DEC_WARPS && NB == 1)
+        if (dec_shallow_pays(RT, warps, blocks)) {
+            if constexpr (RT == 2)
+                if (dec_four_pays(blocks))
+                    return launch_grid<WF, GATED, KS, RT, NB, OT, SC, true, true>(p, grid, stream);
             return launch_grid<WF, GATED, KS, RT, NB, OT, SC, true>(p, grid, stream);
+        }
     return launch_grid<WF, GATED, KS, RT, NB, OT, SC, false>(p, grid, stream);
 }
 

@@ -147,9 +147,10 @@ int fp4_dec_set_scale_chunks(int on);
  * thread's last. */
 int fp4_dec_last_scale_chunks(void);
 
-/* The shallow weight ring of the KS 8 RT 1 kernels, the one-token FC2 included (3 groups in
- * flight per warp instead of 7; the launcher's rule: one-wave grids with 24 or more
- * weight-streaming warps per SM).
+/* The shallow weight ring of the KS 8 kernels: with one tile a warp, the one-token FC2
+ * included, 3 groups in flight per warp instead of 7 (the launcher's rule: one-wave grids
+ * with 24 or more weight-streaming warps per SM); with two tiles a warp, 2 groups instead of
+ * 3 (the rule: always).
  * force: 0 the rule, 1 every launch that has the shallow form, 2 none; returns the previous
  * setting. The output is the same bit for bit (tests compare them). Not thread-safe: set it
  * before any forward. fp4_dec_last_shallow: 1 when the last fp4_dec_gemm call launched the

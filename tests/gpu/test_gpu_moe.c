@@ -25,9 +25,11 @@
  * top-4 M=256, 32 in long-K top-8 (20 and 32 per expert: slots of 3 and 4 n8 tiles), tp8
  * top-8 M=256 and tp8-large (partial second slots: 1-3 n8 tiles); 8-token slots at KS 2,
  * which the launcher takes only in large grids, by a lowered bound (run_forced: wide-I and
- * wide-HI at M 1 and 7, tp8 at M 1, 7 and 64); the shallow weight ring of the KS 8 RT 1
- * kernels and the one-token FC2, which the launcher takes at tp8 top-8 M=1, forced on for
- * wide-I, wide-HI and tp8 at M 1 and 7 (run_forced).
+ * wide-HI at M 1 and 7, tp8 at M 1, 7 and 64); the shallow weight ring of the KS 8 kernels
+ * (one tile a warp and the one-token FC2: half the ring; two tiles a warp: a shorter lead),
+ * which the launcher takes at tp8 top-8 M=1 and for every KS 8 launch with two tiles a warp,
+ * forced on for wide-I, wide-HI and tp8 at M 1 and 7 (run_forced); the latter with 4 blocks
+ * per SM (grids of 20 or more blocks per SM) at tp8 M=64 (FC1: 160 and 192 slots).
  * sm90-wgmma's FC2 with the token tile resident (K <= 384, <= 48 rows per expert) runs at
  * every shape's small M, long-K, tp8 M <= 256 and tp8-large top-4 M=1000 (two slots of one
  * expert where the skewed routing piles tokens on experts 0 and 1; 48 KB of B at I=384,
@@ -744,8 +746,8 @@ static void run_shape(const shape_spec *sp, cudaStream_t s)
  * per SM (tp8 top-8 M=1 here), so forced on at M=1 and 7 for grids it leaves deep: wide-I
  * (the one-token FC2 at K = 1024), wide-HI (the one-token FC2; FC1 at K = 1024 with one tile
  * a warp at top-4) and tp8 (top-4: FC1 at K = 6144 and the one-token FC2 of 4 experts). At
- * M=7 the routed FC1 runs two tiles a warp (no shallow form); whatever runs at KS 8 with one
- * tile a warp there takes it. The small suite leaves tp8 out. */
+ * M=7 the routed FC1 runs two tiles a warp at KS 8 and takes the shorter lead; whatever runs
+ * at KS 8 with one tile a warp there takes the half ring. The small suite leaves tp8 out. */
 static void run_forced(int full, cudaStream_t s)
 {
     static const int ms_w[] = {1, 7}, ms_t[] = {1, 7, 64}, k48[] = {4, 8};

@@ -21,8 +21,9 @@
  * and 16 alone), n = 128 (two column tiles), at 40 rows per expert (below WG_DEEP_ROWS) and
  * 100 (the DEEP kernel, whose bodies below 128 tokens take the chunks too), and at 100 a
  * third table of pairs with an expert's tail (144 and 160 tokens).
- * Also the shallow weight ring (fp4_dec_set_shallow_ring) of the KS 8 one-tile cases, forced
- * on: the same bytes as the deep ring's.
+ * Also the shallow weight ring (fp4_dec_set_shallow_ring) of the KS 8 cases, forced on (one
+ * tile a warp: half the ring; two: 4 stages with a shorter lead): the same bytes as the deep
+ * ring's.
  * The values themselves are checked against the CPU reference by test_gpu_moe (its tp8 and
  * tiny shapes take the chunks).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
@@ -133,17 +134,17 @@ static void run_case(const dec_case *c, uint64_t *seed)
     }
     fp4_dec_set_scale_chunks(1);
     fp4_dec_set_ks2_per_sm(old_ks2);
-    /* KS 8 with one m16 tile a warp: the shallow ring too (scale chunks on), whose output
-     * must be the deep ring's bit for bit */
+    /* KS 8 (one or two m16 tiles a warp): the shallow ring too (scale chunks on), whose
+     * output must be the deep ring's bit for bit */
     const size_t row_bytes = (size_t)n * (c->gated ? 2 : 4);
     long long sh_diff = -1;
-    if (tt == 8 && !c->rt2 && !c->ks2) {
+    if (tt == 8 && !c->ks2) {
         uint8_t *o2 = malloc(out_bytes);
         fp4_dec_set_shallow_ring(1);
         CK(cudaMemset(d_out, 0x7b, out_bytes));
         CK(fp4_dec_gemm(&p, 0));
-        CHECK(fp4_dec_last_shallow() == 1, "decode %s k %d: the shallow ring did not run when "
-              "forced", c->gated ? "gated" : "plain", k);
+        CHECK(fp4_dec_last_shallow() == 1, "decode %s k %d rt %d: the shallow ring did not run "
+              "when forced", c->gated ? "gated" : "plain", k, c->rt2 ? 2 : 1);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(o2, d_out, out_bytes, cudaMemcpyDeviceToHost));
         sh_diff = 0;
@@ -179,8 +180,8 @@ static void run_case(const dec_case *c, uint64_t *seed)
           what, k, tt, poison, written);
     CHECK(nonzero > written / 2, "%s k %d, %d-token slots: only %lld of %lld output bytes non-zero",
           what, k, tt, nonzero, written);
-    CHECK(sh_diff <= 0, "%s k %d, 8-token slots: %lld bytes differ with the shallow ring", what,
-          k, sh_diff);
+    CHECK(sh_diff <= 0, "%s k %d, 8-token slots%s: %lld bytes differ with the shallow ring",
+          what, k, c->rt2 ? ", 2 tiles a warp" : "", sh_diff);
     printf("%s k %d, %d-token slots%s%s, last slot %d rows: %lld bytes equal%s\n", what, k, tt,
            c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", tt - c->gap, written,
            sh_diff == 0 ? " (and with the shallow ring)" : "");
