@@ -579,10 +579,13 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 
 
 /* B4: registers held to 64 a thread so that 4 blocks fit an SM (dec_four_pays; the KS 8 RT 2
- * kernels take 69-75 otherwise, 3 blocks per SM, and fit 64 without spills). */
+ * kernels take 69-75 otherwise, 3 blocks per SM, and fit 64 without spills). The 16-token
+ * kernels of long K (KS 2, NB 2) are held to 80 so that 3 fit (87-90 registers otherwise, 2
+ * blocks per SM; no spills at 80). */
 template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false,
           bool SH = false, bool B4 = false>
-__global__ void __launch_bounds__(DEC_THREADS, B4 ? 4 : 2) fp4_dec_kernel(const fp4_dec_gemm_args p)
+__global__ void __launch_bounds__(DEC_THREADS, B4 ? 4 : KS == 2 && NB == 2 ? 3 : 2)
+    fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     constexpr int RING = dec_ring<WF, RT, SH>::RING, RR = dec_ring<WF, RT, SH>::RR;
