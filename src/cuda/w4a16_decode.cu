@@ -1101,8 +1101,8 @@ static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every lau
  * The KS 8 RT 2 kernels (FC1 at M = 2-64 on tp8 shapes, FC2 where I >= 1024) take their
  * shallow form, 2 groups of two tiles in flight per warp instead of 3 (their ring stays 4
  * groups: a pass), in every grid: against 3, whole layer, tp8 top-8 M=2-64 -0.5 to -2.9%
- * over two calls, top-4 M=4 / 32 -0.9 to -1.5%, I = 3072 M=1-8 +-0.2%; a lead of 1 lost
- * (+0.1 to +6.6%). */
+ * over two calls (M=8 +0.3% in one of them), top-4 M=4 / 32 -0.9 to -1.5%, I = 3072 M=1-8
+ * +-0.2%; a lead of 1 lost (+0.1 to +6.6%). */
 static int dec_shallow_force;
 static int dec_last_sh; /* fp4_dec_last_shallow (relaxed atomics: every launch writes) */
 
