@@ -141,7 +141,7 @@ template <int WF, int RT, bool SC, bool SH> static __host__ __device__ constexpr
  * 8 NB are computed (NB n8 token tiles); shared memory declared by the kernel. src_lane
  * (32-token slots only): the row of a that padded row slot TS + lane reads (dec_a_row; -1
  * none), loaded by the kernel beside the slot's expert. */
-template <int WF, int GATED, int KS, int RT, int NB, int TS, bool OT, bool SC, bool SH>
+template <int WF, int GATED, int KS, int RT, int NB, int TS, bool OT, bool SC, bool SH, int NG>
 static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int slot, int expert,
                                                  int src_lane, unsigned char *xs, void *wring_v,
                                                  void *sring_v, void *red_v)
@@ -184,7 +184,10 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         xrow[nb] = p.a + (size_t)(xok[nb] ? arow : 0) * k;
     }
 
-    const int ngr = k >> 6, gb0 = OT ? 0 : ngr * ks / KS, gb1 = OT ? ngr : ngr * (ks + 1) / KS;
+    /* NG (dec_ng): every warp's K slice is NG groups, a constant (its loop unrolled) */
+    const int ngr = NG ? NG * (OT ? 1 : KS) : k >> 6;
+    const int gb0 = OT ? 0 : NG ? NG * ks : ngr * ks / KS;
+    const int gb1 = OT ? ngr : NG ? gb0 + NG : ngr * (ks + 1) / KS;
     const int n_tiles = GATED ? n / 8 : n / 16, n_wrows = GATED ? 2 * n : n;
     const int tile0 = (blockIdx.y * RW + rw) * RT;
     /* Weight row of tile r, half h (0: rows g, 1: rows g + 8 / the up rows), row gg. */
@@ -223,7 +226,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         constexpr uint32_t WSTAGE = RR * 32, SSTAGE = SC ? RR * 16 : RR * 4; /* bytes per stage
                                                             (SC: per pass's scale chunk) */
         int pslot = 0; /* SC: the scale slot of the pass in progress */
-        const int ng = OT && expert < 0 ? 0 : gb1 - gb0;
+        const int ng = OT && expert < 0 ? 0 : NG ? NG : gb1 - gb0;
         /* Copy sources of the pass's first group (advanced by UN groups per pass, so that a
          * copy's offset from them is a constant). */
         const uint8_t *cwp[RT];
@@ -402,7 +405,7 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         constexpr int UN = DEC_UN;
         static_assert(RING % UN == 0 && UN % 2 == 0 && (!XCH || DEC_XCG == UN),
                       "the ring holds whole passes, a pass whole staged chunks");
-        for (int i = 0; i < ng; i += UN) {
+        auto pass = [&](int i) {
             const int ro = i & (RING - 1), rp = (ro + RING - 1) & (RING - 1), left = ng - i;
 #pragma unroll
             for (int u = 0; u < UN; u++) {
@@ -418,6 +421,14 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
             if constexpr (SC) pslot = pslot + 1 == SQ ? 0 : pslot + 1;
 #pragma unroll
             for (int nb = 0; nb < NB; nb++) xp[nb] += 8 * UN;
+        };
+        if constexpr (NG > 0) {
+            if (ng > 0) { /* (a one-token warp of no slot has none) */
+#pragma unroll
+                for (int i = 0; i < NG; i += UN) pass(i);
+            }
+        } else {
+            for (int i = 0; i < ng; i += UN) pass(i);
         }
     } else {
         const uint16_t *wb_lo[RT], *wb_hi[RT];
@@ -581,10 +592,14 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 /* B4: registers held to 64 a thread so that 4 blocks fit an SM (dec_four_pays; the KS 8 RT 2
  * kernels take 69-75 otherwise, 3 blocks per SM, and fit 64 without spills). The 16-token
  * kernels of long K (KS 2, NB 2) are held to 80 so that 3 fit (87-90 registers otherwise, 2
- * blocks per SM; no spills at 80). */
+ * blocks per SM; no spills at 80). NG (dec_ng: a K loop unrolled) keeps its kernel's blocks
+ * per SM: left alone ptxas gives it up to 128 registers (2 blocks), held it fits without
+ * spills (KS 1 NB 1: 62-63, 4 blocks; the others 72-80, 3). */
 template <int WF, int GATED, int KS, int RT, int NB, bool OT = false, bool SC = false,
-          bool SH = false, bool B4 = false>
-__global__ void __launch_bounds__(DEC_THREADS, B4 ? 4 : KS == 2 && NB == 2 ? 3 : 2)
+          bool SH = false, bool B4 = false, int NG = 0>
+__global__ void __launch_bounds__(DEC_THREADS, B4 || (NG && KS == 1 && NB == 1) ? 4
+                                               : NG || (KS == 2 && NB == 2)     ? 3
+                                                                                : 2)
     fp4_dec_kernel(const fp4_dec_gemm_args p)
 {
     constexpr bool NV = WF == FP4_DEC_W_NVFP4;
@@ -622,11 +637,11 @@ __global__ void __launch_bounds__(DEC_THREADS, B4 ? 4 : KS == 2 && NB == 2 ? 3 :
                                 grouping fills a slot from row 0; a row of no token reads -1) */
         const unsigned used = __ballot_sync(0xffffffffu, src >= 0);
         const int nbu = used ? (31 - __clz((int)used)) / 8 + 1 : 1;
-        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS, OT, SC, SH>(p, slot, expert, src, xs, wring, sring, red);
-        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS, OT, SC, SH>(p, slot, expert, src, xs, wring, sring, red);
-        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS, OT, SC, SH>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 1) return dec_block<WF, GATED, KS, RT, 1, TS, OT, SC, SH, NG>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 2) return dec_block<WF, GATED, KS, RT, 2, TS, OT, SC, SH, NG>(p, slot, expert, src, xs, wring, sring, red);
+        if (nbu == 3) return dec_block<WF, GATED, KS, RT, 3, TS, OT, SC, SH, NG>(p, slot, expert, src, xs, wring, sring, red);
     }
-    dec_block<WF, GATED, KS, RT, NB, TS, OT, SC, SH>(p, slot, expert, src, xs, wring, sring, red);
+    dec_block<WF, GATED, KS, RT, NB, TS, OT, SC, SH, NG>(p, slot, expert, src, xs, wring, sring, red);
 }
 
 /* x [m, h] natural -> xp paired: units (row, 64-group, lane quad t) of 16 elements. */
@@ -1141,12 +1156,51 @@ static bool dec_four_pays(long long blocks)
     return n_sm > 0 && blocks >= 20LL * n_sm;
 }
 
+/* Groups per warp compiled as a constant (NG in dec_block: its passes unrolled, every ring
+ * stage and copy offset an immediate) in the RT 2 kernels of KS 1 and 8: 6 and 12, the K
+ * slices of the tp8 shapes (FC2 K = 384 at KS 1, FC1 K = 6144 and the I = 3072 FC2 at KS 8);
+ * 0: K at run time. */
+template <int WF, int KS, int RT, int NB, bool OT> static constexpr bool dec_ng_kernels(void)
+{
+    return WF == FP4_DEC_W_NVFP4 && RT == 2 && NB <= 2 && !OT && (KS == 1 || KS == DEC_WARPS);
+}
+static int dec_ng_on = 1;
+static int dec_last_ng; /* fp4_dec_last_ng (relaxed atomics: every launch writes) */
+
+extern "C" int fp4_dec_set_ng(int on)
+{
+    const int old = dec_ng_on;
+    dec_ng_on = on != 0;
+    return old;
+}
+
+extern "C" int fp4_dec_last_ng(void)
+{
+    return __atomic_load_n(&dec_last_ng, __ATOMIC_RELAXED);
+}
+
+template <int WF, int KS, int RT, int NB, bool OT> static int dec_ng(const fp4_dec_gemm_args *p)
+{
+    const int groups = p->k / 64;
+    if (!dec_ng_on || !dec_ng_kernels<WF, KS, RT, NB, OT>() || groups % KS) return 0;
+    const int per_warp = groups / KS;
+    return per_warp == 6 || (per_warp == 12 && KS == DEC_WARPS) ? per_warp : 0;
+}
+
 template <int WF, int GATED, int KS, int RT, int NB, bool OT, bool SC, bool SH, bool B4 = false>
 static cudaError_t launch_grid(const fp4_dec_gemm_args *p, dim3 grid, cudaStream_t stream)
 {
     __atomic_store_n(&dec_last_sc, (int)SC, __ATOMIC_RELAXED);
     __atomic_store_n(&dec_last_sh, (int)SH, __ATOMIC_RELAXED);
-    const auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH, B4>;
+    auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH, B4>;
+    int ng = 0;
+    if constexpr (dec_ng_kernels<WF, KS, RT, NB, OT>()) {
+        ng = dec_ng<WF, KS, RT, NB, OT>(p);
+        if (ng == 6) kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH, B4, 6>;
+        if constexpr (KS == DEC_WARPS)
+            if (ng == 12) kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH, B4, 12>;
+    }
+    __atomic_store_n(&dec_last_ng, ng, __ATOMIC_RELAXED);
     const long long blocks = (long long)grid.x * grid.y;
     const size_t xs = dec_xs(WF, KS) ? (size_t)dec_xs_bytes(KS, 8 * NB, p->k)
                                      : dec_spread_bytes((const void *)kern, blocks);
@@ -1190,7 +1244,9 @@ template <int GATED> static cudaError_t xs_init(void)
                           (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 4>,
                           (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 1, false, true>,
                           (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 2, false, true>,
-                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 4, false, true>};
+                          (const void *)fp4_dec_kernel<NV, GATED, 2, 2, 4, false, true>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 1, false, false, false, false, 6>,
+                          (const void *)fp4_dec_kernel<NV, GATED, 1, 2, 2, false, false, false, false, 6>};
     for (size_t i = 0; i < sizeof kern / sizeof kern[0]; i++) {
         cudaError_t err = cudaFuncSetAttribute(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                DEC_XS_MAX_BYTES);
@@ -1267,6 +1323,7 @@ static cudaError_t launch_nv(const fp4_dec_gemm_args *p, int rt2, cudaStream_t s
 extern "C" cudaError_t fp4_dec_gemm(const fp4_dec_gemm_args *p, cudaStream_t stream)
 {
     __atomic_store_n(&dec_last_sc, 0, __ATOMIC_RELAXED); /* a refused call ran nothing */
+    __atomic_store_n(&dec_last_ng, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&dec_last_sh, 0, __ATOMIC_RELAXED);
     if (!p || !p->a || !p->out || p->k < 64 || p->k % 64 || p->n < 16 ||
         p->n % (p->gated ? 8 : 16) || p->n_slots < 1 || p->a_rows < 1 ||

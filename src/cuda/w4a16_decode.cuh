@@ -158,6 +158,14 @@ int fp4_dec_last_scale_chunks(void);
 int fp4_dec_set_shallow_ring(int force);
 int fp4_dec_last_shallow(void);
 
+/* Unrolled K loops (on by default): the RT 2 kernels of KS 1 and 8 whose warps each run 6 or
+ * 12 groups of K (FC2 K = 384 at KS 1, FC1 K = 6144 and FC2 K = 3072 at KS 8) are compiled
+ * with that count as a constant. The output is the same bit for bit (tests compare both). 0
+ * turns them off; returns the previous setting. Not thread-safe: set it before any forward.
+ * fp4_dec_last_ng: the constant of the last fp4_dec_gemm call's kernel (6 or 12; 0 none). */
+int fp4_dec_set_ng(int on);
+int fp4_dec_last_ng(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,9 @@
  * third table of pairs with an expert's tail (144 and 160 tokens).
  * Also the shallow weight ring (fp4_dec_set_shallow_ring) of the KS 8 cases, forced on (one
  * tile a warp: half the ring; two: 4 stages with a shorter lead): the same bytes as the deep
- * ring's.
+ * ring's; and every case with the unrolled K loops off (fp4_dec_set_ng), which K = 6144 at KS
+ * 8 and K = 384 at KS 1 (8- and 16-token slots, two tiles a warp) take: the same bytes, and
+ * the launcher reports the unrolled kernel exactly there.
  * The values themselves are checked against the CPU reference by test_gpu_moe (its tp8 and
  * tiny shapes take the chunks).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
@@ -123,8 +125,8 @@ static void run_case(const dec_case *c, uint64_t *seed)
         CK(cudaMemset(d_out, on ? 0x7b : 0x5c, out_bytes)); /* different poison per run */
         CK(fp4_dec_gemm(&p, 0));
         /* the kernel that ran: chunks when on, except K = 1536 at KS 8 (24 groups, not a
-         * multiple of 4 x 8) */
-        const int want = on && !(k == 1536 && tt == 8 && !c->ks2);
+         * multiple of 4 x 8) and short K (KS 1: whole K per warp) */
+        const int want = on && k >= 1024 && !(k == 1536 && tt == 8 && !c->ks2);
         CHECK(fp4_dec_last_scale_chunks() == want,
               "decode %s k %d tile_t %d ks2 %d, switch %d: scale chunks %s, expected %s",
               c->gated ? "gated" : "plain", k, tt, c->ks2, on,
@@ -138,7 +140,7 @@ static void run_case(const dec_case *c, uint64_t *seed)
      * output must be the deep ring's bit for bit */
     const size_t row_bytes = (size_t)n * (c->gated ? 2 : 4);
     long long sh_diff = -1;
-    if (tt == 8 && !c->ks2) {
+    if (tt == 8 && !c->ks2 && k >= 1024) { /* (short K runs at KS 1: no shallow form) */
         uint8_t *o2 = malloc(out_bytes);
         fp4_dec_set_shallow_ring(1);
         CK(cudaMemset(d_out, 0x7b, out_bytes));
@@ -155,6 +157,30 @@ static void run_case(const dec_case *c, uint64_t *seed)
         free(o2);
     }
     fp4_dec_set_shallow_ring(old_sh);
+    /* unrolled K loops (fp4_dec_set_ng): the RT 2 kernels whose warps run 6 (KS 1, K = 384)
+     * or 12 (KS 8, K = 6144) groups, against the run-time loop; elsewhere both runs take the
+     * same kernel, and the launcher must report none */
+    const int want_ng = !c->rt2 || tt == 32 ? 0 : k == 384 ? 6 : k == 6144 && tt == 8 && !c->ks2 ? 12 : 0;
+    uint8_t *ng_out[2] = {malloc(out_bytes), malloc(out_bytes)};
+    fp4_dec_set_ks2_per_sm(c->ks2 ? 0 : 24);
+    for (int on = 1; on >= 0; on--) {
+        fp4_dec_set_ng(on);
+        CK(cudaMemset(d_out, on ? 0x7b : 0x5c, out_bytes));
+        CK(fp4_dec_gemm(&p, 0));
+        CHECK(fp4_dec_last_ng() == (on ? want_ng : 0), "decode %s k %d tile_t %d rt %d, switch %d: "
+              "unrolled K loop of %d groups ran, expected %d", c->gated ? "gated" : "plain", k, tt,
+              c->rt2 ? 2 : 1, on, fp4_dec_last_ng(), on ? want_ng : 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(ng_out[on], d_out, out_bytes, cudaMemcpyDeviceToHost));
+    }
+    fp4_dec_set_ng(1);
+    fp4_dec_set_ks2_per_sm(old_ks2);
+    long long ng_diff = 0;
+    for (int r = 0; r < a_rows; r++)
+        if (r / tt != 2)
+            for (size_t b = 0; b < row_bytes; b++)
+                ng_diff += ng_out[1][r * row_bytes + b] != ng_out[0][r * row_bytes + b];
+    free(ng_out[0]), free(ng_out[1]);
 
     /* the rows that hold a token, outside the empty slot (2): written by both runs (a
      * 32-token slot runs only its n8 tiles that hold tokens, so rows past them are not) */
@@ -182,9 +208,12 @@ static void run_case(const dec_case *c, uint64_t *seed)
           what, k, tt, nonzero, written);
     CHECK(sh_diff <= 0, "%s k %d, 8-token slots%s: %lld bytes differ with the shallow ring",
           what, k, c->rt2 ? ", 2 tiles a warp" : "", sh_diff);
-    printf("%s k %d, %d-token slots%s%s, last slot %d rows: %lld bytes equal%s\n", what, k, tt,
+    CHECK(ng_diff == 0, "%s k %d, %d-token slots%s: %lld bytes differ with the unrolled K loop off",
+          what, k, tt, c->rt2 ? ", 2 tiles a warp" : "", ng_diff);
+    printf("%s k %d, %d-token slots%s%s, last slot %d rows: %lld bytes equal%s%s\n", what, k, tt,
            c->rt2 ? ", 2 tiles a warp" : "", c->ks2 ? ", KS 2" : "", tt - c->gap, written,
-           sh_diff == 0 ? " (and with the shallow ring)" : "");
+           sh_diff == 0 ? " (and with the shallow ring)" : "",
+           want_ng ? " (and with the K loop unrolled)" : "");
 
     free_inputs(&in), cudaFree(d_te), cudaFree(d_out);
     free(o1), free(o0);
@@ -278,6 +307,13 @@ int main(void)
             };
             for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) run_case(&cs[c], &seed);
         }
+    /* K = 384 (KS 1: the unrolled 6-group loop at 8 and 16 tokens, two tiles a warp; one tile
+     * and 32-token slots keep the run-time loop) */
+    for (int g = 1; g >= 0; g--) {
+        const dec_case cs[] = {{g, 384, 8, 1, 0, 3}, {g, 384, 16, 1, 0, 3}, {g, 384, 8, 0, 0, 3},
+                               {g, 384, 32, 1, 0, 10}};
+        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) run_case(&cs[c], &seed);
+    }
     int ma = 0, mi = 0;
     fp4_gpu_device_cc(&ma, &mi);
     if (ma == 9 && mi == 0) {
