@@ -13,9 +13,9 @@
  * Decode: gated (FC1) and plain (FC2), 8-token slots at KS 8 with one and two m16 tiles per
  * warp, and KS 2 (the launcher's bound lowered to 0) with 8-, 16- and 32-token slots (the
  * last 32-token slot running 4, 3, 2 or 1 of its n8 tiles), at K = 2048, 6144 and 8192
- * (aligned at KS 8 and 2; 8192: the one-tile kernel's 3 scale slots reused) and K = 1536 (24
- * groups: per-group copies at KS 8, chunks at KS 2); an empty slot (expert -1) and a last
- * slot whose last rows have no token. Compared: the rows that hold a token.
+ * (aligned at KS 8 and 2; 8192: the one-tile kernel's 3 scale slots reused) and K = 1536 and
+ * 3072 (24 and 48 groups: per-group copies at KS 8, chunks at KS 2); an empty slot (expert
+ * -1) and a last slot whose last rows have no token. Compared: the rows that hold a token.
  * sm90-wgmma (sm_90 devices only): gated, K = 256, 2048 and 6144, two slot tables that run
  * every body of the kernel (128, 96, 80 tokens as pairs of one expert's slots; 64, 48, 32, 24
  * and 16 alone), n = 128 (two column tiles), at 40 rows per expert (below WG_DEEP_ROWS) and
@@ -23,9 +23,9 @@
  * third table of pairs with an expert's tail (144 and 160 tokens).
  * Also the shallow weight ring (fp4_dec_set_shallow_ring) of the KS 8 cases, forced on (one
  * tile a warp: half the ring; two: 4 stages with a shorter lead): the same bytes as the deep
- * ring's; and every case with the unrolled K loops off (fp4_dec_set_ng), which K = 6144 at KS
- * 8 and K = 384 at KS 1 (8- and 16-token slots, two tiles a warp) take: the same bytes, and
- * the launcher reports the unrolled kernel exactly there.
+ * ring's; and every case with the unrolled K loops off (fp4_dec_set_ng), which K = 6144 and
+ * 3072 at KS 8 and K = 384 at KS 1 (8- and 16-token slots, two tiles a warp) take: the same
+ * bytes, and the launcher reports the unrolled kernel exactly there.
  * The values themselves are checked against the CPU reference by test_gpu_moe (its tp8 and
  * tiny shapes take the chunks).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
@@ -124,9 +124,10 @@ static void run_case(const dec_case *c, uint64_t *seed)
         fp4_dec_set_scale_chunks(on);
         CK(cudaMemset(d_out, on ? 0x7b : 0x5c, out_bytes)); /* different poison per run */
         CK(fp4_dec_gemm(&p, 0));
-        /* the kernel that ran: chunks when on, except K = 1536 at KS 8 (24 groups, not a
-         * multiple of 4 x 8) and short K (KS 1: whole K per warp) */
-        const int want = on && k >= 1024 && !(k == 1536 && tt == 8 && !c->ks2);
+        /* the kernel that ran: chunks when on where a K slice is whole passes of 4 groups
+         * (K = 1536 and 3072 at KS 8 are not: 24 and 48 groups), none at short K (KS 1) */
+        const int kss = tt == 8 && !c->ks2 ? 8 : 2;
+        const int want = on && k >= 1024 && (k / 64) % (4 * kss) == 0;
         CHECK(fp4_dec_last_scale_chunks() == want,
               "decode %s k %d tile_t %d ks2 %d, switch %d: scale chunks %s, expected %s",
               c->gated ? "gated" : "plain", k, tt, c->ks2, on,
@@ -160,7 +161,10 @@ static void run_case(const dec_case *c, uint64_t *seed)
     /* unrolled K loops (fp4_dec_set_ng): the RT 2 kernels whose warps run 6 (KS 1, K = 384)
      * or 12 (KS 8, K = 6144) groups, against the run-time loop; elsewhere both runs take the
      * same kernel, and the launcher must report none */
-    const int want_ng = !c->rt2 || tt == 32 ? 0 : k == 384 ? 6 : k == 6144 && tt == 8 && !c->ks2 ? 12 : 0;
+    const int want_ng = !c->rt2 || tt == 32 ? 0
+                        : k == 384                   ? 6
+                        : tt == 8 && !c->ks2         ? (k == 6144 ? 12 : k == 3072 ? 6 : 0)
+                                                     : 0;
     uint8_t *ng_out[2] = {malloc(out_bytes), malloc(out_bytes)};
     fp4_dec_set_ks2_per_sm(c->ks2 ? 0 : 24);
     for (int on = 1; on >= 0; on--) {
@@ -294,10 +298,11 @@ int main(void)
     CK(fp4_dec_gemm_init());
     uint64_t seed = 0x5eed5ca1e5ull;
     /* K = 8192: 16 groups a K slice at KS 8, so the one-tile (RT 1) kernel's 3 scale slots
-     * are reused */
-    static const int ks[] = {2048, 6144, 1536, 8192};
+     * are reused; K = 3072: 6 groups a slice at KS 8 (the I = 3072 FC2: per-group scale
+     * copies, the unrolled 6-group loop at two tiles a warp) */
+    static const int ks[] = {2048, 6144, 1536, 8192, 3072};
     for (int g = 1; g >= 0; g--)
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             const dec_case cs[] = {
                 {g, ks[i], 8, 0, 0, 3}, {g, ks[i], 8, 1, 0, 3}, /* KS 8 */
                 {g, ks[i], 8, 1, 1, 3}, {g, ks[i], 16, 1, 0, 3}, /* KS 2 */
