@@ -158,9 +158,9 @@ static void run_case(const dec_case *c, uint64_t *seed)
         free(o2);
     }
     fp4_dec_set_shallow_ring(old_sh);
-    /* unrolled K loops (fp4_dec_set_ng): the RT 2 kernels whose warps run 6 (KS 1, K = 384)
-     * or 12 (KS 8, K = 6144) groups, against the run-time loop; elsewhere both runs take the
-     * same kernel, and the launcher must report none */
+    /* unrolled K loops (fp4_dec_set_ng): the RT 2 kernels whose warps run 6 (KS 1 at K = 384,
+     * KS 8 at K = 3072) or 12 (KS 8, K = 6144) groups, against the run-time loop; elsewhere
+     * both runs take the same kernel, and the launcher must report none */
     const int want_ng = !c->rt2 || tt == 32 ? 0
                         : k == 384                   ? 6
                         : tt == 8 && !c->ks2         ? (k == 6144 ? 12 : k == 3072 ? 6 : 0)
