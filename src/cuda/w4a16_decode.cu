@@ -1083,12 +1083,17 @@ static size_t dec_spread_bytes(const void *kern, long long blocks)
  * per SM) -3.0%, tp8 M=16-96 and top-4 M=128 / 192 -0.3 to +0.5%; 40: I = 3072 M=8 +6.4%. */
 static int dec_ks2_per_sm = 12;
 
-extern "C" int fp4_dec_set_ks2_per_sm(int per_sm)
+/* The launcher's switches (tests set them before any forward) and its reports of the last
+ * launch (relaxed atomics: every launch writes). */
+static int dec_switch(int *sw, int v)
 {
-    const int old = dec_ks2_per_sm;
-    dec_ks2_per_sm = per_sm;
+    const int old = *sw;
+    *sw = v;
     return old;
 }
+static int dec_report(const int *last) { return __atomic_load_n(last, __ATOMIC_RELAXED); }
+
+extern "C" int fp4_dec_set_ks2_per_sm(int per_sm) { return dec_switch(&dec_ks2_per_sm, per_sm); }
 
 static bool dec_ks2_pays(long long blocks)
 {
@@ -1121,17 +1126,9 @@ static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every lau
 static int dec_shallow_force;
 static int dec_last_sh; /* fp4_dec_last_shallow (relaxed atomics: every launch writes) */
 
-extern "C" int fp4_dec_set_shallow_ring(int force)
-{
-    const int old = dec_shallow_force;
-    dec_shallow_force = force;
-    return old;
-}
+extern "C" int fp4_dec_set_shallow_ring(int force) { return dec_switch(&dec_shallow_force, force); }
 
-extern "C" int fp4_dec_last_shallow(void)
-{
-    return __atomic_load_n(&dec_last_sh, __ATOMIC_RELAXED);
-}
+extern "C" int fp4_dec_last_shallow(void) { return dec_report(&dec_last_sh); }
 
 static bool dec_shallow_pays(int rt, int warps, long long blocks)
 {
@@ -1167,22 +1164,14 @@ template <int WF, int KS, int RT, int NB, bool OT> static constexpr bool dec_ng_
 static int dec_ng_on = 1;
 static int dec_last_ng; /* fp4_dec_last_ng (relaxed atomics: every launch writes) */
 
-extern "C" int fp4_dec_set_ng(int on)
-{
-    const int old = dec_ng_on;
-    dec_ng_on = on != 0;
-    return old;
-}
+extern "C" int fp4_dec_set_ng(int on) { return dec_switch(&dec_ng_on, on != 0); }
+extern "C" int fp4_dec_last_ng(void) { return dec_report(&dec_last_ng); }
 
-extern "C" int fp4_dec_last_ng(void)
-{
-    return __atomic_load_n(&dec_last_ng, __ATOMIC_RELAXED);
-}
-
-template <int WF, int KS, int RT, int NB, bool OT> static int dec_ng(const fp4_dec_gemm_args *p)
+/* for the kernels dec_ng_kernels admits: the constant of their K loop, or 0 */
+template <int KS> static int dec_ng(const fp4_dec_gemm_args *p)
 {
     const int groups = p->k / 64;
-    if (!dec_ng_on || !dec_ng_kernels<WF, KS, RT, NB, OT>() || groups % KS) return 0;
+    if (!dec_ng_on || groups % KS) return 0;
     const int per_warp = groups / KS;
     return per_warp == 6 || (per_warp == 12 && KS == DEC_WARPS) ? per_warp : 0;
 }
@@ -1195,7 +1184,7 @@ static cudaError_t launch_grid(const fp4_dec_gemm_args *p, dim3 grid, cudaStream
     auto kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH, B4>;
     int ng = 0;
     if constexpr (dec_ng_kernels<WF, KS, RT, NB, OT>()) {
-        ng = dec_ng<WF, KS, RT, NB, OT>(p);
+        ng = dec_ng<KS>(p);
         if (ng == 6) kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH, B4, 6>;
         if constexpr (KS == DEC_WARPS)
             if (ng == 12) kern = fp4_dec_kernel<WF, GATED, KS, RT, NB, OT, SC, SH, B4, 12>;
@@ -1274,17 +1263,8 @@ extern "C" cudaError_t fp4_dec_gemm_init(void)
  * count, not their bytes (1/8 of the weights'), is what costs. */
 static int dec_sc_on = 1;
 
-extern "C" int fp4_dec_set_scale_chunks(int on)
-{
-    const int old = dec_sc_on;
-    dec_sc_on = on != 0;
-    return old;
-}
-
-extern "C" int fp4_dec_last_scale_chunks(void)
-{
-    return __atomic_load_n(&dec_last_sc, __ATOMIC_RELAXED);
-}
+extern "C" int fp4_dec_set_scale_chunks(int on) { return dec_switch(&dec_sc_on, on != 0); }
+extern "C" int fp4_dec_last_scale_chunks(void) { return dec_report(&dec_last_sc); }
 
 static bool dec_scale_chunks(const fp4_dec_gemm_args *p, int ks)
 {
