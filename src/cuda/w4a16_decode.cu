@@ -11,7 +11,7 @@
  * K slice, double-buffered, when 2 K slices of 4 row warps share them (KS 2: long K with 16-
  * and 32-token slots, and 8-token slots in large grids). NVFP4 weights and scales stream
  * through a per-warp cp.async ring in shared memory, 8 groups deep, so each warp keeps ~4 KB
- * of 16-byte copies in flight while it computes (4 deep, ~1.5 KB, in the shallow form that
+ * of 16-byte copies in flight while it computes (2 groups, ~1 KB, in the shallow form that
  * one-wave grids of many warps per SM take, and 2 groups of two tiles instead of 3 at RT 2:
  * dec_shallow_pays); BF16 weights (shared experts) use register batches.
  * Tiles: gated (FC1) m16 tiles hold 8 gate rows and the 8 up rows of the same intermediate
@@ -114,15 +114,15 @@ static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int 
 
 /* Per-warp weight ring of a kernel: RING stages of RR weight rows (NVFP4; BF16 uses none),
  * LEAD groups in flight while one computes (RING - 1, or fewer in the shallow form).
- * SH (shallow; dec_shallow_pays says when): at RT 1 half the ring, 3 groups in flight
- * instead of 7; at RT 2 the same 4 stages (a pass of DEC_UN groups is the least ring) with
- * DEC_RT2_LEAD groups in flight instead of 3. */
+ * SH (shallow; dec_shallow_pays says when): 4 stages (a pass of DEC_UN groups is the least
+ * ring; at RT 1 half the ring) with DEC_SH_LEAD groups in flight instead of 7 (RT 1) or 3
+ * (RT 2). */
 #define DEC_UN 4 /* groups per pass of the NVFP4 main loop */
-#define DEC_RT2_LEAD 2 /* groups in flight per warp of the shallow RT 2 form */
+#define DEC_SH_LEAD 2 /* groups in flight per warp of the shallow form */
 template <int WF, int RT, bool SH = false> struct dec_ring {
     static constexpr bool NV = WF == FP4_DEC_W_NVFP4;
     static constexpr int RING = NV ? DEC_RING_GROUPS / (SH && RT == 1 ? 2 : RT) : 1, RR = 16 * RT;
-    static constexpr int LEAD = SH && RT == 2 ? DEC_RT2_LEAD : RING - 1;
+    static constexpr int LEAD = SH ? DEC_SH_LEAD : RING - 1;
     static_assert(!NV || (LEAD >= 1 && LEAD < RING), "a lead of 1 to RING - 1 groups");
     /* scale chunks (SC): passes whose chunks are in shared memory at once (the one read and
      * those issued LEAD groups ahead) */
@@ -1104,7 +1104,7 @@ static bool dec_ks2_pays(long long blocks)
 
 static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every launch writes) */
 
-/* The shallow ring (SH in dec_ring: 3 groups in flight per warp instead of 7) for the KS 8
+/* The shallow ring (SH in dec_ring: 2 groups in flight per warp instead of 7) for the KS 8
  * RT 1 kernels, the one-token FC2 included, where the grid is one wave (at most 4 blocks per
  * SM, the registers' limit) and at least 24 warps per SM stream weights (3 blocks of 8; the
  * one-token FC2 has a warp per chosen expert, so 8 only at top-8 and more). At M=1 top-8
@@ -1115,7 +1115,8 @@ static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every lau
  * M=1, -1.2% at I = 3072 M=1, +1.2% top-4 M=1 (FC1 at 2 blocks per SM, the one-token FC2 at
  * 4 warps a block), +0.9% at M=8 (FC1 over several waves); for FC1 and the one-token FC2 in
  * one-wave grids of 3-4 blocks per SM -5.7% top-8 M=1, -1.4% at I = 3072 M=1, top-4 M=1 -0.7
- * and +3.5% in two calls; either kernel alone -1.9% / +0.9% at top-8 M=1. dec_shallow_force:
+ * and +3.5% in two calls; either kernel alone -1.9% / +0.9% at top-8 M=1 (those with 3 groups
+ * in flight; 2 against 3, thirty-eighth session: top-8 M=1 -2.3%, 8 passes). dec_shallow_force:
  * 0 the rule, 1 every launch that has the shallow form, 2 none (tests: same products, bit for
  * bit).
  * The KS 8 RT 2 kernels (FC1 at M = 2-64 on tp8 shapes, FC2 where I >= 1024) take their

@@ -148,7 +148,7 @@ int fp4_dec_set_scale_chunks(int on);
 int fp4_dec_last_scale_chunks(void);
 
 /* The shallow weight ring of the KS 8 kernels: with one tile a warp, the one-token FC2
- * included, 3 groups in flight per warp instead of 7 (the launcher's rule: one-wave grids
+ * included, 2 groups in flight per warp instead of 7 (the launcher's rule: one-wave grids
  * with 24 or more weight-streaming warps per SM); with two tiles a warp, 2 groups instead of
  * 3 (the rule: always).
  * force: 0 the rule, 1 every launch that has the shallow form, 2 none; returns the previous
