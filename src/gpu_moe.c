@@ -674,7 +674,10 @@ static fp4moe_status forward_decode(fp4_gpu_moe *g, const void *x_bf16, int m, f
         if (g->has_shared && (err = decode_shared(g, x_bf16, xp, m, y, sh_a, s, &what)) != cudaSuccess)
             return cuda_fail(e, err, what);
         p.one_token = 1, p.accumulate = g->has_shared;
-        p.n_slots = 1, p.a_rows = 8 * (l->n_slots < 8 ? l->n_slots : 8);
+        /* the token's k pairs fill at most k slots of the table: the fewer slots, the more
+         * warps share each one's K (dec_ot_split) */
+        int slots = l->n_slots < k ? l->n_slots : k;
+        p.n_slots = 1, p.a_rows = 8 * (slots < 8 ? slots : 8);
         p.out = y, p.out_bf16 = 0, p.tiles_per_warp = 1;
         if ((err = fp4_dec_gemm(&p, s)) != cudaSuccess)
             return cuda_fail(e, err, "decode FC2 (one token) launch");

@@ -35,9 +35,10 @@
  * kernel into 8-token slots (warp per token, warp-reduction picks, token masks per expert,
  * parallel prefix; rows of an expert in token order, deterministic).
  * One token (args.one_token, M = 1): FC2 and the combine in one launch; the 8 warps of a block
- * are the token's (up to 8) slots over one m16 tile and the whole K, each weights its slot's
- * rows by their multipliers, and the block sums the slots in order (the split-K reduction)
- * into the token's output row.
+ * run the token's (up to 8) slots over one m16 tile, one warp a slot over the whole K or, with
+ * fewer slots, 2-8 a slot over parts of it (dec_ot_split); each weights its slot's rows by
+ * their multipliers, and the block sums the warps in order (the split-K reduction) into the
+ * token's output row.
  * Limits: K % 64 == 0; gated n % 8 == 0; plain n % 16 == 0; E <= 256.
  */
 #include <cuda_bf16.h>
@@ -112,6 +113,19 @@ static __device__ __forceinline__ int dec_a_row(const fp4_dec_gemm_args &p, int 
     return !GATED && p.row_dst && p.row_dst[prow] < 0 ? -1 : arow;
 }
 
+/* The one-token FC2's warps per slot (args.one_token): the table's a_rows / 8 slots share the
+ * block's 8 warps, kh warps a slot, each on K / kh (consecutive groups); kh the largest power of
+ * two with kh x slots <= 8 that divides the K groups. At top-8 one warp a slot (kh 1); at
+ * top-4 two a slot, so that an SM streams with 24 warps, not 12. H200, whole layer, against
+ * a warp a slot (bench/NOTES.md thirty-ninth session): I = 3072 top-4 M=1 -9.2% (48 groups a
+ * slot, 24 a warp); tp8 top-4 M=1 (6 groups, 3 a warp) +0.3 / +0.8%, within the spread. */
+static __host__ __device__ constexpr int dec_ot_split(int a_rows, int k)
+{
+    int kh = 1;
+    while (2 * kh * (a_rows / 8) <= DEC_WARPS && (k / 64) % (2 * kh) == 0) kh *= 2;
+    return kh;
+}
+
 /* Per-warp weight ring of a kernel: RING stages of RR weight rows (NVFP4; BF16 uses none),
  * LEAD groups in flight while one computes (RING - 1, or fewer in the shallow form).
  * SH (shallow; dec_shallow_pays says when): 4 stages (a pass of DEC_UN groups is the least
@@ -167,11 +181,12 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int ks = warp % KS, rw = warp / KS;
     const int g = lane >> 2, t = lane & 3, k = p.k, n = p.n;
-    /* OT (args.one_token): warp ks runs slot ks over the whole K; `expert` is this warp's
-     * (-1: none, the warp computes nothing but joins the reduction) */
+    /* OT (args.one_token): warp ks runs part ks % kh of slot ks / kh's K (dec_ot_split);
+     * `expert` is this warp's (-1: none, the warp computes nothing but joins the reduction) */
     static_assert(!OT || (!GATED && KS == DEC_WARPS && RT == 1 && NB == 1 && NV),
-                  "one-token blocks: plain NVFP4, a slot per warp, one m16 tile");
-    if constexpr (OT) slot = ks;
+                  "one-token blocks: plain NVFP4, slots over the warps, one m16 tile");
+    const int kh = OT ? dec_ot_split(p.a_rows, k) : 1;
+    if constexpr (OT) slot = ks / kh;
 
     /* B column g of n8 tile nb: token row of a (or none: its lanes load nothing and compute
      * zeros). */
@@ -186,8 +201,8 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
 
     /* NG (dec_ng): every warp's K slice is NG groups, a constant (its loop unrolled) */
     const int ngr = NG ? NG * (OT ? 1 : KS) : k >> 6;
-    const int gb0 = OT ? 0 : NG ? NG * ks : ngr * ks / KS;
-    const int gb1 = OT ? ngr : NG ? gb0 + NG : ngr * (ks + 1) / KS;
+    const int gb0 = OT ? ngr / kh * (ks % kh) : NG ? NG * ks : ngr * ks / KS;
+    const int gb1 = OT ? gb0 + ngr / kh : NG ? gb0 + NG : ngr * (ks + 1) / KS;
     const int n_tiles = GATED ? n / 8 : n / 16, n_wrows = GATED ? 2 * n : n;
     const int tile0 = (blockIdx.y * RW + rw) * RT;
     /* Weight row of tile r, half h (0: rows g, 1: rows g + 8 / the up rows), row gg. */
@@ -622,9 +637,10 @@ __global__ void __launch_bounds__(DEC_THREADS, B4 || (NG && KS == 1 && NB == 1) 
     int src = -1;
     if (NB == 4 && lane < TS) src = dec_a_row<GATED>(p, slot * TS + lane);
     int expert = 0;
-    if constexpr (OT) { /* warp w takes slot w of the table (a_rows / 8 slots); -1: none */
-        const int w = threadIdx.x >> 5;
-        expert = w * TS < p.a_rows ? p.tile_expert[w] : -1;
+    if constexpr (OT) { /* warp w takes slot w / kh of the table (a_rows / 8 slots; kh:
+                           dec_ot_split); -1: none */
+        const int sl = (threadIdx.x >> 5) / dec_ot_split(p.a_rows, p.k);
+        expert = sl * TS < p.a_rows ? p.tile_expert[sl] : -1;
     } else if (p.tile_expert) {
         expert = p.tile_expert[slot];
         if (expert < 0) return;
@@ -1107,7 +1123,8 @@ static int dec_last_sc; /* fp4_dec_last_scale_chunks (relaxed atomics: every lau
 /* The shallow ring (SH in dec_ring: 2 groups in flight per warp instead of 7) for the KS 8
  * RT 1 kernels, the one-token FC2 included, where the grid is one wave (at most 4 blocks per
  * SM, the registers' limit) and at least 24 warps per SM stream weights (3 blocks of 8; the
- * one-token FC2 has a warp per chosen expert, so 8 only at top-8 and more). At M=1 top-8
+ * one-token FC2 streams with its slots' warps, dec_ot_split: all 8 at top-8, and at top-4
+ * where K has an even number of groups). At M=1 top-8
  * (tp8: FC1 and the one-token FC2, 384 blocks each) a warp's first groups then land sooner,
  * since the SMs ask for less at once, and its work starts earlier (bench/micro/dram_pattern
  * --ahead: 2-3 groups ahead best at 24 warps per SM). H200, whole layer, against the deep
@@ -1206,9 +1223,9 @@ static cudaError_t launch(const fp4_dec_gemm_args *p, cudaStream_t stream)
     const int grid_y = (n_tiles + per_block - 1) / per_block; /* KS 8 RT 1: one tile a block */
     if (grid_y > 65535) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)p->n_slots, (unsigned)grid_y);
-    /* warps of a block that stream weights; the one-token FC2: a warp per slot of the table
-     * (k + 1 slots at M=1, the last empty: an upper bound of those in use) */
-    const int warps = OT ? (p->a_rows / 8 < DEC_WARPS ? p->a_rows / 8 : DEC_WARPS) : DEC_WARPS;
+    /* warps of a block that stream weights; the one-token FC2: dec_ot_split's per slot of the
+     * table (its a_rows / 8 slots: an upper bound of those in use) */
+    const int warps = OT ? p->a_rows / 8 * dec_ot_split(p->a_rows, p->k) : DEC_WARPS;
     const long long blocks = (long long)grid.x * grid.y;
     if constexpr (WF == FP4_DEC_W_NVFP4 && KS == DEC_WARPS && NB == 1)
         if (dec_shallow_pays(RT, warps, blocks)) {

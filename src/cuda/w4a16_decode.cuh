@@ -78,8 +78,9 @@ typedef struct fp4_dec_gemm_args {
                                    wait for the activations. 0: wait first */
     int one_token;              /* plain NVFP4, 8-token slots, n_slots 1: every row of the
                                    table belongs to one token (M = 1) and the table has at
-                                   most 8 slots (a_rows / 8); warp w of each block runs slot w
-                                   over the whole K and the block writes out fp32 [n] = (out
+                                   most 8 slots (a_rows / 8); the warps of each block run the
+                                   slots, one or more a slot over parts of K (as many as the 8
+                                   warps allow), and the block writes out fp32 [n] = (out
                                    if accumulate) + the sum over slots, in slot order, of
                                    row_w x each row's product: FC2 and the combine in one;
                                    out_bf16 must be 0 */

@@ -12,7 +12,8 @@
  * Shapes: tiny (H 256, E 8, I 128, nvfp4 shared expert) over M 1..4096; tiny variants with a
  * bf16 shared expert, no shared expert, H % 128 != 0 and top-k = E; wide-I (I 1024) and
  * wide-HI (H = I = 1024: the decode's K-split FC1 at M=1, shared memory padded to spread a
- * grid of one wave, two tiles per warp at top-8); tp8 rank (H 6144,
+ * grid of one wave, two tiles per warp at top-8); wide-I at top-1 and top-2, M=1 (the
+ * one-token FC2 with 8 and 4 warps a slot; top-4 has 2 a slot); tp8 rank (H 6144,
  * E 128, I 384, mxfp8 shared expert) over M 1, 7, 64 only, plus M 1000, 4096 and 16384 checked
  * on 64 sampled rows: the CPU reference is the slow part (2 threads), and the whole suite
  * must stay under ~2 minutes. Skewed routing: router bias +0.5 on experts 0 and 1 and -100 on
@@ -790,6 +791,7 @@ int main(void)
     static const int ms_odd[] = {1, 40, 64, 1000}, k_odd[] = {4, 16};
     static const int ms_tp8[] = {1, 7, 64, 256}, ms_tp8_big[] = {1000, 4096, 16384};
     static const int ms_long_k[] = {40, 64}, ms_wide[] = {1, 7}, ms_wide_i[] = {1, 7, 160};
+    static const int ms_one[] = {1}, k12[] = {1, 2};
     const shape_spec shapes[] = {
         {"tiny", 256, 8, 128, SH_NVFP4, 128, ms_tiny, 8, k48, 2, 1, 0},
         {"tiny-bf16-shared", 256, 8, 192, SH_BF16, 256, ms_small, 2, k8, 1, 1, 0},
@@ -802,6 +804,9 @@ int main(void)
          * their weight copies issued before the PDL wait (weights_first), sm90-wgmma's FC2 by
          * the one-tile kernel at M=160 top-8 (160 rows per expert), strips below */
         {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide_i, 3, k48, 2, 0, 0},
+        /* top-1 / top-2 at M=1: the one-token FC2 (16 groups) with 8 / 4 warps a slot, 2 / 4
+         * groups each (top-4 takes 2 warps a slot: wide-I, tp8) */
+        {"wide-I, one-token FC2 split", 256, 8, 1024, SH_NVFP4, 1024, ms_one, 1, k12, 2, 0, 0},
         /* H = I = 1024: at M=1 the decode FC1 and the shared FC1 split K over 8 warps (top-8:
          * 8 slots x 128 m16 tiles, two per warp), the one-token FC2 runs 16 groups per warp;
          * grids of one wave with fewer blocks per SM than registers allow (shared memory
@@ -825,6 +830,7 @@ int main(void)
             {"odd-H", 320, 16, 128, SH_NONE, 0, ms_s, 2, k_odd, 2, 0, 0},
             {"long-K", 1344, 16, 128, SH_NONE, 0, ms_long_k, 2, k48, 2, 0, 0},
             {"wide-I", 256, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
+            {"wide-I, one-token FC2 split", 256, 8, 1024, SH_NVFP4, 1024, ms_one, 1, k12, 2, 0, 0},
             {"wide-HI", 1024, 8, 1024, SH_NVFP4, 1024, ms_wide, 2, k48, 2, 0, 0},
         };
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++) run_shape(&sm[i], s);
