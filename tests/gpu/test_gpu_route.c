@@ -17,7 +17,9 @@
  * exact there as well). The decode router's slot table and rows are checked against a
  * grouping rebuilt from the expected ids: experts in id order, each in ceil(pairs / 8) slots
  * of 8 rows, its rows exactly its pairs (source token, pair index, the pair's weight bit for
- * bit), in token order where no id repeats, padded rows empty. Outputs are poisoned with
+ * bit), in token order where no id repeats, padded rows empty; and its paired x element by
+ * element against the pairing done here (run_case's x has two values a row; run_paired_x
+ * gives every element its own bits, at 1-3 tokens and H 256-6144). Outputs are poisoned with
  * non-NaN values first, so an unwritten entry cannot pass as a NaN. One token has its own
  * path in the decode router (slots by rank of the chosen ids): ties, NaN scores and biases
  * (exactly k numbers; fewer: the fallback to the general grouping), softmax with k 40 (> 32:
@@ -106,6 +108,25 @@ static int same_w(float got, double want)
     return fabs((double)got - want) <= W_TOL * fmax(1.0, fabs(want));
 }
 
+/* The first element of xp (n elements) that is not x paired, or -1 (its bits and the
+ * expected ones in got / want): in each 64-group, lane quad t's 16 elements at 16 t are the k
+ * pairs 2 (t + 4 i) + 32 c (+ 1), i = 0..3, c = 0..1. */
+static long long paired_x_mismatch(const uint16_t *x, const uint16_t *xp, size_t n,
+                                   unsigned *got, unsigned *want)
+{
+    *got = *want = 0;
+    for (size_t b = 0; b < n; b += 64)
+        for (int q = 0; q < 64; q++) {
+            const int t = q / 16, c = q % 16 / 8, i = q % 8 / 2, j = q % 2;
+            const uint16_t v = x[b + 2 * (16 * c + t + 4 * i) + j];
+            if (xp[b + q] != v) {
+                *got = xp[b + q], *want = v;
+                return (long long)(b + q);
+            }
+        }
+    return -1;
+}
+
 static void run_case(const route_case *c, cudaStream_t st)
 {
     const int m = c->m, E = c->e, k = c->k, pairs = m * k, H = c->h;
@@ -178,13 +199,15 @@ static void run_case(const route_case *c, cudaStream_t st)
         const char *pn = path ? (wg ? "tensor-core router (wgmma logits)"
                                     : "tensor-core router (mma.sync logits)")
                               : "decode router";
-        /* poison the outputs: every entry the kernels own must be written */
-        CK(cudaMemset(d_ids, 0x7f, (size_t)pairs * 4)); /* 0x7f7f7f7f: no id, no NaN */
-        CK(cudaMemset(d_w, 0x7f, (size_t)pairs * 4));
-        CK(cudaMemset(d_te, 0x7f, (size_t)n_slots * 4));
-        CK(cudaMemset(d_rsrc, 0x7f, (size_t)rows * 4));
-        CK(cudaMemset(d_rdst, 0x7f, (size_t)rows * 4));
-        CK(cudaMemset(d_rw, 0x7f, (size_t)rows * 4));
+        /* poison the outputs: every entry the kernels own must be written (on st: a non-
+         * blocking stream does not wait for the legacy stream's cudaMemset) */
+        CK(cudaMemsetAsync(d_ids, 0x7f, (size_t)pairs * 4, st)); /* 0x7f7f7f7f: no id, no NaN */
+        CK(cudaMemsetAsync(d_w, 0x7f, (size_t)pairs * 4, st));
+        CK(cudaMemsetAsync(d_te, 0x7f, (size_t)n_slots * 4, st));
+        CK(cudaMemsetAsync(d_rsrc, 0x7f, (size_t)rows * 4, st));
+        CK(cudaMemsetAsync(d_rdst, 0x7f, (size_t)rows * 4, st));
+        CK(cudaMemsetAsync(d_rw, 0x7f, (size_t)rows * 4, st));
+        CK(cudaMemsetAsync(d_xp, 0x7f, (size_t)m * H * 2, st));
         cudaError_t err =
             path ? fp4_moe_route(d_x, d_planes, d_bias, m, H, E, k, c->scoring, c->norm_topk,
                                  c->scaling, d_scr, scr, d_ids, d_w, st)
@@ -246,6 +269,14 @@ static void run_case(const route_case *c, cudaStream_t st)
         CHECK(bad_row < 0, "%s %s: row %d src %d dst %d w %g", c->name, pn, bad_row,
               rsrc[bad_row < 0 ? 0 : bad_row], rdst[bad_row < 0 ? 0 : bad_row],
               rw[bad_row < 0 ? 0 : bad_row]);
+        /* the paired x (by the logits kernel) */
+        uint16_t *xp = malloc((size_t)m * H * 2);
+        CK(cudaMemcpy(xp, d_xp, (size_t)m * H * 2, cudaMemcpyDeviceToHost));
+        unsigned got, want;
+        const long long bad_xp = paired_x_mismatch(x, xp, (size_t)m * H, &got, &want);
+        free(xp);
+        CHECK(bad_xp < 0, "%s %s: paired x element %lld (token %lld) is 0x%04x, expected 0x%04x",
+              c->name, pn, bad_xp, bad_xp / H, got, want);
     }
     printf("%s: m %d, E %d, k %d, H %d, %s%s; logits on %s%s\n", c->name, m, E, k, H,
            c->scoring ? "softmax" : "sigmoid", c->norm_topk ? ", renormalized" : "",
@@ -256,6 +287,56 @@ static void run_case(const route_case *c, cudaStream_t st)
     cudaFree(d_rsrc), cudaFree(d_rdst), cudaFree(d_scr);
     free(router), free(bias), free(x), free(planes), free(logit), free(wref), free(idref);
     free(ids), free(te), free(rsrc), free(rdst), free(w), free(rw), free(cv), free(av);
+}
+
+/* The decode router's paired x (written by its logits kernel) with distinct bits in every
+ * element: run_case's x repeats two values a row, so a swap inside a group can go unseen
+ * there. One token at H 256, 512 and 6144, 2 and 3 tokens; element by element against the
+ * pairing done here. Random router rows: any finite logits will do. */
+static void run_paired_x(cudaStream_t st)
+{
+    static const struct { int m, h; } cs[] = {{1, 512}, {1, 6144}, {1, 256}, {2, 512}, {3, 1024}};
+    enum { E = 128, K = 8 };
+    uint64_t rng = 0x5eed0002u;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int m = cs[ci].m, H = cs[ci].h, n_slots = (m * K + 7) / 8 + E;
+        const size_t nx = (size_t)m * H;
+        uint16_t *x = malloc(nx * 2), *xp = malloc(nx * 2);
+        float *router = malloc((size_t)E * H * 4);
+        for (size_t i = 0; i < nx; i++) x[i] = (uint16_t)(0x3f80 + i % 1021); /* finite */
+        for (size_t i = 0; i < (size_t)E * H; i++)
+            router[i] = ((float)(check_next32(&rng) >> 8) / 16777216.f - 0.5f) * 0.01f;
+        uint16_t *d_x, *d_xp;
+        float *d_router, *d_logits, *d_w, *d_rw;
+        int32_t *d_ids, *d_te, *d_rsrc, *d_rdst;
+        CK(cudaMalloc((void **)&d_x, nx * 2));
+        CK(cudaMalloc((void **)&d_xp, nx * 2));
+        CK(cudaMalloc((void **)&d_router, (size_t)E * H * 4));
+        CK(cudaMalloc((void **)&d_logits, (size_t)m * E * 4));
+        CK(cudaMalloc((void **)&d_w, (size_t)m * K * 4));
+        CK(cudaMalloc((void **)&d_ids, (size_t)m * K * 4));
+        CK(cudaMalloc((void **)&d_te, (size_t)n_slots * 4));
+        CK(cudaMalloc((void **)&d_rsrc, (size_t)n_slots * 8 * 4));
+        CK(cudaMalloc((void **)&d_rdst, (size_t)n_slots * 8 * 4));
+        CK(cudaMalloc((void **)&d_rw, (size_t)n_slots * 8 * 4));
+        CK(cudaMemcpy(d_x, x, nx * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_router, router, (size_t)E * H * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemsetAsync(d_xp, 0x7f, nx * 2, st));
+        cudaError_t err = fp4_dec_route_prep(d_x, d_router, NULL, m, H, E, K, 0, 1, 1.0f, d_logits,
+                                             d_ids, d_w, n_slots, d_te, d_rsrc, d_rdst, d_rw,
+                                             d_xp, st);
+        CHECK(err == cudaSuccess, "paired x, m %d H %d: launch %s", m, H, cudaGetErrorString(err));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(xp, d_xp, nx * 2, cudaMemcpyDeviceToHost));
+        unsigned got, want;
+        const long long bad = paired_x_mismatch(x, xp, nx, &got, &want);
+        CHECK(bad < 0, "paired x, m %d H %d: element %lld (token %lld) is 0x%04x, expected 0x%04x",
+              m, H, bad, bad / H, got, want);
+        if (bad < 0) printf("paired x: m %d, H %d, every element in place\n", m, H);
+        cudaFree(d_x), cudaFree(d_xp), cudaFree(d_router), cudaFree(d_logits), cudaFree(d_w);
+        cudaFree(d_ids), cudaFree(d_te), cudaFree(d_rsrc), cudaFree(d_rdst), cudaFree(d_rw);
+        free(x), free(xp), free(router);
+    }
 }
 
 /* One token takes its own path through the decode router, two tokens the few-token one:
@@ -318,8 +399,8 @@ static void run_one_token_bits(cudaStream_t st)
         int32_t ids[2][2 * 32];
         float w[2][2 * 32], lg[2][2 * 256];
         for (int m = 1; m <= 2; m++) {
-            CK(cudaMemset(d_ids, 0x7f, (size_t)2 * k * 4));
-            CK(cudaMemset(d_w, 0x7f, (size_t)2 * k * 4));
+            CK(cudaMemsetAsync(d_ids, 0x7f, (size_t)2 * k * 4, st));
+            CK(cudaMemsetAsync(d_w, 0x7f, (size_t)2 * k * 4, st));
             const int slots = (m * k + 7) / 8 + E; /* what the router takes at this m */
             cudaError_t err = fp4_dec_route_prep(d_x, d_router, cs[ci].bias ? d_bias : NULL, m, H,
                                                  E, k, 0, cs[ci].norm, cs[ci].scaling, d_logits,
@@ -456,6 +537,7 @@ int main(void)
     CK(fp4_moe_route_init());
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], st);
     run_one_token_bits(st);
+    run_paired_x(st);
     run_one_token_rejects();
     run_grid_rejects();
     unsigned first_bad = 0;
