@@ -108,20 +108,19 @@ static int same_w(float got, double want)
     return fabs((double)got - want) <= W_TOL * fmax(1.0, fabs(want));
 }
 
-/* The first element of xp (n elements) that is not x paired, or -1 (its bits and the
- * expected ones in got / want): in each 64-group, lane quad t's 16 elements at 16 t are the k
- * pairs 2 (t + 4 i) + 32 c (+ 1), i = 0..3, c = 0..1. */
+/* The first element of xp (n elements, whole rows) that is not x in the paired layout
+ * (fp4_dec_pair_pos, the one the FC1 epilogue writes too), or -1 (its bits and the expected
+ * ones in got / want). */
 static long long paired_x_mismatch(const uint16_t *x, const uint16_t *xp, size_t n,
                                    unsigned *got, unsigned *want)
 {
     *got = *want = 0;
     for (size_t b = 0; b < n; b += 64)
-        for (int q = 0; q < 64; q++) {
-            const int t = q / 16, c = q % 16 / 8, i = q % 8 / 2, j = q % 2;
-            const uint16_t v = x[b + 2 * (16 * c + t + 4 * i) + j];
-            if (xp[b + q] != v) {
-                *got = xp[b + q], *want = v;
-                return (long long)(b + q);
+        for (int k = 0; k < 64; k++) {
+            const size_t pos = b + (size_t)fp4_dec_pair_pos(k);
+            if (xp[pos] != x[b + k]) {
+                *got = xp[pos], *want = x[b + k];
+                return (long long)pos;
             }
         }
     return -1;
