@@ -34,6 +34,39 @@ static __device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void *s
                  : "memory");
 }
 
+/* An L2 policy that evicts the lines it tags first (createpolicy, sm_80+): for bytes a
+ * forward reads once (the decode's weight codes, the router), so that the lines they bring
+ * into L2 are the next misses' victims instead of other (possibly dirty) lines. The benchmark
+ * starts every forward with L2 full of dirty lines (its flush, as the peer is timed), whose
+ * write-backs cost the M=1 layer ~3 us (bench/NOTES.md seventeenth session); a model's layer
+ * keeps the activations and the KV cache in L2 the same way. Then the 128-byte prefetching
+ * copy and a read-only 16-byte load under such a policy. */
+static __device__ __forceinline__ uint64_t l2_evict_first(void)
+{
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
+
+static __device__ __forceinline__ void cp_async16_pf_hint(uint32_t dst, const void *src,
+                                                          int src_bytes, uint64_t pol)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n"
+                 ::"r"(dst), "l"(src), "r"(src_bytes), "l"(pol)
+                 : "memory");
+}
+
+/* (not volatile: the compiler may place it after a later griddepcontrol.wait, and does in
+ * the decode logits kernel) */
+static __device__ __forceinline__ float4 ld_nc_f4_hint(const float4 *src, uint64_t pol)
+{
+    float4 v;
+    asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "l"(src), "l"(pol));
+    return v;
+}
+
 static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),

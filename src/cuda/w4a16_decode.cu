@@ -249,14 +249,21 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
         for (int j = 0; j < RT; j++) cwp[j] = cw[j] + FP4_WQ_TILE * gb0;
         const uint8_t *csp = cs + 4 * gb0;
         const bool s_lane = lane < RR; /* this lane copies a scale word */
+        /* The codes are read once a forward: under the evict-first policy their lines are
+         * the next misses' victims, not the L2's other lines (the scales keep the normal
+         * policy: a row's next groups read the rest of their sector). H200, whole layer,
+         * tp8 shapes, against none (bench/NOTES.md fortieth session): M=1 -5.4 / -6.0%, top-4
+         * M=1 -3.2 / -3.5%, M=2 -6.1%, M=8 -3.7%, top-4 M=4 -5.7%, M=32 0, M=128 -1.5% (the
+         * router's loads the same); the scales too +2.6% at M=8, +7.9% at M=32. */
+        const uint64_t wpol = l2_evict_first();
         /* Copy group o of the pass (o < left: it exists) into ring stage st, one commit
          * either way; o and st are constants after unrolling. */
         auto issue = [&](int o, int left, int st) {
             if (o < left) {
 #pragma unroll
                 for (int j = 0; j < RT; j++)
-                    cp_async16_pf(wdst + st * WSTAGE + j * 512, cwp[j] + FP4_WQ_TILE * o,
-                                  cw_ok[j] ? 16 : 0);
+                    cp_async16_pf_hint(wdst + st * WSTAGE + j * 512, cwp[j] + FP4_WQ_TILE * o,
+                                       cw_ok[j] ? 16 : 0, wpol);
             }
             if constexpr (SC) {
                 if (o % DEC_UN == 0 && o < left && s_lane) {
@@ -799,8 +806,10 @@ extern "C" cudaError_t fp4_dec_prep(const int32_t *ids, const float *w, int m, i
 /* Block (e, token group of 8): logits[t][e] for its tokens, the router row read once into
  * registers (warp w owns a contiguous H/8 slice); per-warp sums reduced in a fixed order.
  * All blocks also write the paired x. The router is a constant of the layer, so its loads
- * are issued before the PDL wait; the paired x is written after the logits, so that its
- * loads do not hold the router's back (the top-k kernel waits for the slowest block). */
+ * may be issued before the PDL wait (with __ldg they were; under the evict-first policy the
+ * compiler puts them after it, as measured); the paired x is written after the logits, so
+ * that its loads do not hold the router's back (the top-k kernel waits for the slowest
+ * block). */
 __global__ void __launch_bounds__(RL_THREADS)
 fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ router, int m,
                       int h, int n_experts, float *__restrict__ logits,
@@ -814,10 +823,11 @@ fp4_dec_logits_kernel(const uint16_t *__restrict__ x, const float *__restrict__ 
     const int n4 = h / 4, i0 = warp * n4 / 8, i1 = (warp + 1) * n4 / 8;
     const float4 *rr = (const float4 *)(router + (size_t)e * h);
     float4 rv[FP4_DEC_ROUTE_MAX_H / 1024];
+    const uint64_t rpol = l2_evict_first(); /* read once a forward */
 #pragma unroll
     for (int j = 0; j < FP4_DEC_ROUTE_MAX_H / 1024; j++) {
         int i = i0 + lane + 32 * j;
-        rv[j] = i < i1 ? __ldg(rr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        rv[j] = i < i1 ? ld_nc_f4_hint(rr + i, rpol) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     fp4_pdl_wait();
     fp4_pdl_trigger();
