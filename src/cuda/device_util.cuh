@@ -38,9 +38,10 @@ static __device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void *s
  * forward reads once (the decode's weight codes, the router), so that the lines they bring
  * into L2 are the next misses' victims instead of other (possibly dirty) lines. The benchmark
  * starts every forward with L2 full of dirty lines (its flush, as the peer is timed), whose
- * write-backs cost the M=1 layer ~3 us (bench/NOTES.md seventeenth session); a model's layer
- * keeps the activations and the KV cache in L2 the same way. Then the 128-byte prefetching
- * copy and a read-only 16-byte load under such a policy. */
+ * write-backs cost the M=1 layer ~3 us (bench/NOTES.md seventeenth session). In a model's
+ * layer the L2 holds the layer before's lines instead: see w4a16_decode.cu for what the
+ * policy does there. Then the 128-byte prefetching copy and a read-only 16-byte load under
+ * such a policy. */
 static __device__ __forceinline__ uint64_t l2_evict_first(void)
 {
     uint64_t pol;
