@@ -25,8 +25,10 @@ static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src,
 }
 
 /* The same with a 128-byte L2 prefetch hint (streams of consecutive 16-byte chunks). The
- * decode ring's weight copies: H200, against 256 bytes, -0.9 to -3.3% at M = 2-192, 0 at M = 1
- * top-8, no hint +5 to +9% (bench/NOTES.md seventeenth session). */
+ * decode ring's weight copies had it alone (H200, against 256 bytes, -0.9 to -3.3% at M =
+ * 2-192, 0 at M = 1 top-8, no hint +5 to +9%: bench/NOTES.md seventeenth session); since the
+ * fortieth session they take it under an evict-first policy (cp_async16_pf_hint below), and
+ * bench/micro/dram_pattern keeps this form. */
 static __device__ __forceinline__ void cp_async16_pf(uint32_t dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
