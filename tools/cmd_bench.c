@@ -8,6 +8,9 @@
  * and the time cuBLAS takes for a dense BF16 GEMM of the same FLOPs ([M topk, H] x [H, 3I]).
  * Each timing: the layer's forward captured in a CUDA graph, L2 flushed (a 256 MB memset)
  * before every repetition, inputs rotated over 4 sets, median of the repetitions (CUDA events).
+ * --flush clean: the flush reads 256 MB instead (cublasSasum of a buffer written once at the
+ * start), so the forward starts with L2 full of clean lines rather than dirty ones, as after a
+ * layer that mostly read; the memset (dirty) is the default and how the peer is timed.
  * --prev-layer: after each flush and before the timed forward, untimed, the forward of a second
  * layer of the same shapes (its own copy of the weights), as in a model where the layer before
  * ran the same kernels: their code and that layer's data are in the L2, this layer's weights
@@ -42,11 +45,13 @@ int cmd_bench(int argc, char **argv)
 
 static const char *usage_text =
     "usage: fp4moe bench [--problems FILE] [--moe-backend NAME] [--all-kernels] [--reps N] [--json FILE] [--seed S]\n"
-    "                    [--dec-slot-tokens 8|16|32] [--prev-layer]\n"
+    "                    [--dec-slot-tokens 8|16|32] [--prev-layer] [--flush dirty|clean]\n"
     "--all-kernels: time every kernel of each backend, not only the one the oracle picks (marked *).\n"
     "--dec-slot-tokens: the decode kernel's slot width for M > 32 instead of its rule (for measuring the rule).\n"
     "--prev-layer: before each timed forward (after the L2 flush) run, untimed, another layer of the same shapes\n"
     "              with its own weights, as the layer before it in a model (kernel code warm, weights cold).\n"
+    "--flush: how L2 is flushed before each timed forward: dirty (default; a 256 MB memset, as the peer is timed)\n"
+    "         or clean (a 256 MB read: L2 holds clean lines, nothing to write back).\n"
     "default problems: bench/problems.txt of the source tree (FP4MOE_SRC, else the current directory).\n";
 
 #define ROTATE 4
@@ -72,6 +77,20 @@ static int cmp_float(const void *a, const void *b)
 }
 
 static void *flush_buf;
+static cublasHandle_t flush_reader; /* --flush clean: reads flush_buf (Sasum into flush_sum) */
+static float *flush_sum;
+
+static void flush_l2(int r, cudaStream_t s)
+{
+    if (!flush_reader) {
+        CK(cudaMemsetAsync(flush_buf, r & 0xff, FLUSH_BYTES, s));
+        return;
+    }
+    if (cublasSasum(flush_reader, (int)(FLUSH_BYTES / 4), flush_buf, 1, flush_sum) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "fp4moe bench: cublasSasum (the clean L2 flush) failed\n");
+        exit(CLI_FAIL);
+    }
+}
 
 /* Median microseconds of a graph launch, L2 flushed before each. graphs[r % n]; with prev,
  * prev[r % n] runs after the flush and before the timed launch. */
@@ -84,7 +103,7 @@ static float time_graphs(cudaGraphExec_t *graphs, cudaGraphExec_t *prev, int n, 
     for (int w = 0; w < 3; w++)
         CK(cudaGraphLaunch(graphs[w % n], s));
     for (int r = 0; r < reps; r++) {
-        CK(cudaMemsetAsync(flush_buf, r & 0xff, FLUSH_BYTES, s));
+        flush_l2(r, s);
         if (prev)
             CK(cudaGraphLaunch(prev[r % n], s));
         CK(cudaEventRecord(a, s));
@@ -212,7 +231,7 @@ static int load_problems(const char *path, problem **out)
 int cmd_bench(int argc, char **argv)
 {
     const char *problems_path = NULL, *json_path = NULL, *backend = NULL;
-    int all_kernels = 0, prev_layer = 0;
+    int all_kernels = 0, prev_layer = 0, clean_flush = 0;
     long reps = 30, dec_slot = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -224,6 +243,14 @@ int cmd_bench(int argc, char **argv)
             all_kernels = 1;
         } else if (!strcmp(a, "--prev-layer")) {
             prev_layer = 1;
+        } else if (!strcmp(a, "--flush")) {
+            if (!(val = cli_value("bench", argc, argv, &i)))
+                return CLI_USAGE;
+            if (strcmp(val, "dirty") && strcmp(val, "clean")) {
+                fprintf(stderr, "fp4moe bench: --flush: expected dirty or clean, found '%s'\n", val);
+                return CLI_USAGE;
+            }
+            clean_flush = !strcmp(val, "clean");
         } else if (!strcmp(a, "--problems")) {
             if (!(problems_path = cli_value("bench", argc, argv, &i)))
                 return CLI_USAGE;
@@ -286,6 +313,17 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "fp4moe bench: cublasCreate failed\n");
         return CLI_FAIL;
     }
+    if (clean_flush) { /* the buffer written once here; every flush then only reads it */
+        CK(cudaMalloc((void **)&flush_sum, sizeof *flush_sum));
+        CK(cudaMemsetAsync(flush_buf, 0x3c, FLUSH_BYTES, s));
+        if (cublasCreate(&flush_reader) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetStream(flush_reader, s) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetPointerMode(flush_reader, CUBLAS_POINTER_MODE_DEVICE) != CUBLAS_STATUS_SUCCESS) {
+            fprintf(stderr, "fp4moe bench: cuBLAS setup for --flush clean failed\n");
+            return CLI_FAIL;
+        }
+        flush_l2(0, s);
+    }
     double bw = copy_bandwidth(s);
     float peak_us = cublas_us(h, 8192, 8192, 8192, s);
     double peak = 2.0 * 8192.0 * 8192.0 * 8192.0 / (peak_us * 1e-6);
@@ -296,10 +334,11 @@ int cmd_bench(int argc, char **argv)
         return CLI_FAIL;
     }
     if (jf)
-        fprintf(jf, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cublas_peak_TFLOPs\": %.1f, \"dec_slot_tokens\": %ld, \"prev_layer\": %s, \"results\": [\n",
-                dev.name, bw / 1e9, peak / 1e12, dec_slot, prev_layer ? "true" : "false");
+        fprintf(jf, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cublas_peak_TFLOPs\": %.1f, \"dec_slot_tokens\": %ld, \"prev_layer\": %s, \"flush\": \"%s\", \"results\": [\n",
+                dev.name, bw / 1e9, peak / 1e12, dec_slot, prev_layer ? "true" : "false", clean_flush ? "clean" : "dirty");
     if (dec_slot) printf("decode slots: %ld tokens (--dec-slot-tokens) where M > 32\n", dec_slot);
     if (prev_layer) printf("each timed forward runs after another layer's forward (--prev-layer)\n");
+    if (clean_flush) printf("L2 flushed by a 256 MB read (--flush clean)\n");
     printf("%-32s %-16s %9s %8s %8s %9s %7s %8s %7s %9s %8s\n", "problem (H I E k M routing)", "backend/kernel", "us",
            "route_us", "exp_us", "floor_us", "x_floor", "GB/s", "TFLOP/s", "cublas_us", "bound");
     int first_json = 1;
@@ -474,6 +513,8 @@ int cmd_bench(int argc, char **argv)
     if (have)
         fp4_moe_random_free(&rw);
     cublasDestroy(h);
+    if (flush_reader) cublasDestroy(flush_reader);
+    cudaFree(flush_sum);
     cudaFree(flush_buf);
     cudaStreamDestroy(s);
     free(probs);
