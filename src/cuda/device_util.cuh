@@ -51,6 +51,10 @@ static __device__ __forceinline__ uint64_t l2_evict_first(void)
     return pol;
 }
 
+/* Only where the shared address is a register plus a constant (the decode's ring): where it is
+ * a uniform base plus a per-thread part, ptxas (CUDA 13.0) encodes the hinted copy as
+ * [Ra+URb], desc[URb+1], which the H200 stops as an illegal instruction
+ * (bench/micro/cp_async_policy.cu, bench/NOTES.md forty-first session). */
 static __device__ __forceinline__ void cp_async16_pf_hint(uint32_t dst, const void *src,
                                                           int src_bytes, uint64_t pol)
 {
