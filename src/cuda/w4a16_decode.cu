@@ -255,8 +255,11 @@ static __device__ __forceinline__ void dec_block(const fp4_dec_gemm_args &p, int
          * tp8 shapes, against none (bench/NOTES.md fortieth session): M=1 -5.4 / -6.0%, top-4
          * M=1 -3.2 / -3.5%, M=2 -6.1%, M=8 -3.7%, top-4 M=4 -5.7%, M=32 0, M=128 -1.5% (the
          * router's loads the same); the scales too +2.6% at M=8, +7.9% at M=32. With the
-         * layer before run between the flush and the forward (bench --prev-layer, a model's
-         * layer): M=1 -6.1%, top-4 M=1 -8.5%, M=2 -0.8%, but M=8 +3.3% (not explained). */
+         * layer before run between the flush and the forward (bench --prev-layer): M=1 -6.1%,
+         * top-4 M=1 -8.5%, M=2 -0.8%, but M=8 +3.3%; from a clean L2 (bench --flush clean,
+         * with and without --prev-layer; forty-first session) M=1-32 -4.4 to +0.9%, M=8 -1.1 /
+         * -2.1%. (The copy's shared address must stay a register plus a constant:
+         * cp_async16_pf_hint.) */
         const uint64_t wpol = l2_evict_first();
         /* Copy group o of the pass (o < left: it exists) into ring stage st, one commit
          * either way; o and st are constants after unrolling. */
