@@ -415,7 +415,9 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         }
     };
     aim(l_ct);
-    auto load_stage = [&](uint32_t off) { /* the next K tile into the stage at byte offset off */
+    /* The next K tile (kc: its index; DC bodies are gated, one column tile, so the copies run
+     * in K order from 0 and kc counts them) into the stage at byte offset off. */
+    auto load_stage = [&](uint32_t off, int kc) {
         const uint32_t base = sbase + off;
 #pragma unroll
         for (int i = 0; i < BCH; i++)
@@ -425,14 +427,13 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             }
         cp_async16(base + BB + tid * 16, w_src, w_bytes);
         w_src += FP4_WQ_TILE;
-        if (DC) { /* K tiles l_kt .. l_kt + 3: their scales into slot (l_kt / 4) % NSC */
-            if (tid < WG_BW && (l_kt & 3) == 0) {
-                cp_async16(sbase + NST * STAGE + ((l_kt >> 2) & (NSC - 1)) * WG_DEEP_SC +
+        if (DC) { /* K tiles kc .. kc + 3: their scales into slot (kc / 4) % NSC */
+            if (tid < WG_BW && (kc & 3) == 0) {
+                cp_async16(sbase + NST * STAGE + ((kc >> 2) & (NSC - 1)) * WG_DEEP_SC +
                                tid * 16,
                            s_src, s_bytes * 4);
                 s_src += 4 * (WG_BK / 16);
             }
-            l_kt++;
         } else if (tid < WG_BW) {
             cp_async4(base + BB + WG_W_BYTES + tid * 4, s_src, s_bytes);
             s_src += WG_BK / 16;
@@ -484,7 +485,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     constexpr int PRE = NST - 1 - PUB;    /* stages loaded before the loop, after stage 0 */
 #pragma unroll
     for (int st = 0; st <= PRE; st++) {
-        if (st < steps) load_stage(st * STAGE);
+        if (st < steps) load_stage(st * STAGE, st);
         cp_async_commit();
     }
     cp_async_wait<PRE>();
@@ -501,10 +502,12 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     int c_kt = 0; /* step s's K tile */
     int c_col = ctile0 * WG_BW + 64 * wg + 16 * wq + 2 * g; /* plain: the lane's first column */
     auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool publish,
-                    bool tail) {
+                    bool tail) __attribute__((always_inline)) { /* a call: C7510 */
         const uint32_t o_nxt = o_cur + STAGE == NST * STAGE ? 0u : o_cur + STAGE;
-        const int kt = c_kt;
-        c_kt = kt + 1 == nk ? 0 : kt + 1;
+        /* gated: one column tile, step s is K tile s (so that the unrolled loop below knows
+         * s % 4 from s) */
+        const int kt = GATED ? s : c_kt;
+        c_kt = GATED ? s + 1 : kt + 1 == nk ? 0 : kt + 1;
         wg_codes c1;
         if (!publish && (!tail || s + 1 < steps)) c1 = codes(o_nxt, c_kt);
         const uint64_t desc = wg_desc(sbase + o_cur);
@@ -536,7 +539,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
             for (int i = 0; i < PUB; i++) {
                 const int ks = s + NST - PUB + i; /* into the stage of s - PUB + i */
                 const int o = (int)o_cur - (PUB - i) * STAGE;
-                if (!tail || ks < steps) load_stage(o < 0 ? o + NST * STAGE : o);
+                if (!tail || ks < steps) load_stage(o < 0 ? o + NST * STAGE : o, ks);
                 cp_async_commit();
             }
         }
@@ -553,6 +556,23 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
      * added spills to every kernel and serialized the BIG kernel's wgmmas (C7512). */
     constexpr bool PEEL = NT <= 64 && !STRIP;
     int s = 0;
+    if constexpr (PEEL && DC) {
+        /* Four steps an iteration from s = 0: s % 4 is a constant in each, so the scale-chunk
+         * copy (K tiles 4j) and the scale reads' offset within a chunk are too, instead of a
+         * predicated copy and run-time offsets in every step: 16 -> 64 tokens, 32.1-35.4 ->
+         * 27.4-30.4 instructions a wgmma in the loop; H200, the layer at M = 192 / 256 / 512 /
+         * 1024 top-8 -2.4 / -2.2 / -1.5 / -0.5%, top-4 512 / 1024 -2.3 / -0.9% (bench/NOTES.md
+         * forty-first session). Both step and the kernel's small-unit dispatch are inlined by
+         * force: left to the inliner, the dispatch became a call (C7510). */
+        int q = 0;
+        for (; 4 * q + 2 + NST < steps; q++) {
+            step(4 * q, abuf0, abuf1, true, false);
+            step(4 * q + 1, abuf1, abuf0, PUB == 1, false);
+            step(4 * q + 2, abuf0, abuf1, true, false);
+            step(4 * q + 3, abuf1, abuf0, PUB == 1, false);
+        }
+        s = 4 * q;
+    }
     if constexpr (PEEL) {
         for (; s + NST < steps; s += 2) {
             step(s, abuf0, abuf1, true, false);
@@ -940,7 +960,7 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
             else if (nt == 96) wg_tile<96, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
             else wg_tile<80, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
         },
-        [&](int e, int s, int nt) {
+        [&](int e, int s, int nt) __attribute__((always_inline)) { /* a call: C7510 */
             if (nt == 64) wg_tile<64, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
             else if (nt == 48) wg_tile<48, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
             else if (nt == 32) wg_tile<32, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
