@@ -79,6 +79,7 @@
                                           resident (96 KB), 3 weight stages, its row table */
 #define WG_SMEM128 (WG_RING128 + 1024) /* two CTAs per SM: 2 x (114688 + 1024 reserved) of
                                           the SM's 233472 bytes */
+#define WG_NK 6                        /* wg_res's K loop unrolled at k = WG_NK * WG_BK (384) */
 #define WG_DEEP_ROWS FP4_WG_DEEP_ROWS  /* the gated kernel's DEEP form (above this many rows
                                           per expert, k % 256 == 0): */
 #define WG_DEEP_ST 5                   /* 128-token units through 5 stages of B + W (20 KB), */
@@ -667,8 +668,15 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
  * for 64 tokens, 96 KB for 128); only weights stream, through a ring of W + S stages (RING
  * bytes less the tile and the row table) that runs across the column tiles, so the copies of
  * tile ct + 1 are in flight while tile ct finishes and its epilogue stores. Epilogue straight
- * from the accumulators (wg_store_cols). */
-template <int NT, bool OBF16, int RING>
+ * from the accumulators (wg_store_cols).
+ * NK > 0: k == NK * WG_BK and n % WG_BW == 0 (the launcher's check; FC2 of the tp8 shapes,
+ * k = 384: NK 6). The loop then runs a column tile's NK steps unrolled, so every K tile, the
+ * B descriptor, the epilogue's step and each copy's place (which column tile ahead, which K
+ * tile) are constants; the copies come from one pair of sources per column tile at constant
+ * offsets, with no row masks; where NK % NST == 0 (the 128-token body's 3 stages) the stage
+ * offsets too. The same wgmmas on the same operands in the same order: the output is the
+ * run-time loop's bit for bit (fp4_sm90_wgmma_set_k_unroll). */
+template <int NT, bool OBF16, int RING, int NK>
 static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsigned char *sm,
                                               int expert, int slot0, int ctile0, int nct)
 {
@@ -708,7 +716,23 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         w_src = p.wq + fp4_wq_row((size_t)expert * n + (wr < n ? wr : 0), k) + (tid & 1) * 16;
         s_src = p.ws + ((size_t)expert * n + (sr < n ? sr : 0)) * (k / 16);
     };
-    if constexpr (!TIGHT) aim(l_ct);
+    if constexpr (!TIGHT && NK == 0) aim(l_ct);
+    /* NK: the W and S sources of K tile 0 of column tile ct (from ctile0, one column tile a
+     * time); column tile ct + d, K tile kc is d CTW + kc FP4_WQ_TILE (d CTS + kc WG_BK / 16)
+     * further (gpu_pack.h: 128 rows are 16 whole 8-row blocks) */
+    static_assert(NK == 0 || (NK % 2 == 0 && NK * WG_BK <= WG_RES_K), "NK: even, k <= WG_RES_K");
+    constexpr long long CTW = (long long)WG_BW * NK * WG_BK / 2, CTS = WG_BW * NK * WG_BK / 16;
+    const uint8_t *cw = 0, *cs = 0;
+    if constexpr (NK > 0) {
+        const size_t r0 = (size_t)expert * n + (size_t)ctile0 * WG_BW;
+        cw = p.wq + fp4_wq_row(r0 + wg_plain_col(tid >> 1), k) + (tid & 1) * 16;
+        cs = p.ws + (r0 + wg_plain_col(tid & (WG_BW - 1))) * (k / 16);
+    }
+    auto load_at = [&](uint32_t off, int d, int kc) __attribute__((always_inline)) {
+        cp_async16(rbase + off + tid * 16, cw + d * CTW + kc * FP4_WQ_TILE, 16);
+        if (tid < WG_BW)
+            cp_async4(rbase + off + WG_W_BYTES + tid * 4, cs + d * CTS + kc * (WG_BK / 16), 4);
+    };
     auto load_next = [&](uint32_t off) { /* the next step's weights into the stage at off */
         if constexpr (TIGHT) {
             const int wr = l_ct * WG_BW + wg_plain_col(tid >> 1),
@@ -751,7 +775,10 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     uint32_t abuf0[4][4], abuf1[4][4];
 #pragma unroll
     for (int st = 0; st < NST; st++) {
-        if (st < steps) load_next(st * STAGE);
+        if (st < steps) {
+            if constexpr (NK > 0) load_at(st * STAGE, st / NK, st % NK);
+            else load_next(st * STAGE);
+        }
         cp_async_commit();
     }
     cp_async_wait<NST - 1>();
@@ -800,20 +827,66 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         o_cur = o_nxt;
         if (!tail || s + 1 < steps) wg_dequant(c1, nxt);
     };
-    /* As in wg_tile: the pairs of steps that need no test (s + 1 + NST < steps: both copy),
-     * then the rest with the tests. Up to 64 tokens (16 tokens: 390 -> 374 instructions per
-     * pair); the 128-token body (the BIG kernel) keeps one loop (wg_tile's note). */
-    constexpr bool PEEL = NT <= 64;
-    int s = 0;
-    if constexpr (PEEL) {
-        for (; s + 1 + NST < steps; s += 2) {
-            step(s, abuf0, abuf1, false);
-            step(s + 1, abuf1, abuf0, false);
+    if constexpr (NK > 0) {
+        /* Step kt of column tile ct (copy: step s + NST is in this CTA's range; more: step s + 1
+         * is): as step above with kt, the stage (SST) and the copy's column tile d ahead and K
+         * tile a constant. */
+        constexpr bool SST = NK % NST == 0;
+        auto ustep = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool copy,
+                         bool more) __attribute__((always_inline)) {
+            const uint64_t desc = wg_desc(sbase + kt * BB);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, kk > 0 || kt > 0);
+            wgmma_commit();
+            if (kt == NK - 1) {
+                wgmma_wait<0>();
+                wg_fence_acc<NT / 2>(acc);
+                wg_store_cols<NT, OBF16>(acc, srow, swt, c_col, n, t);
+                c_col += WG_BW;
+            } else {
+                wgmma_wait<1>();
+            }
+            cp_async_wait<NST - 2>();
+            __syncthreads();
+            const uint32_t oc = SST ? kt % NST * STAGE : o_cur;
+            const uint32_t on = SST ? (kt + 1) % NST * STAGE : next_stage(o_cur);
+            wg_codes c1;
+            if (!TIGHT && more) c1 = wg_load_codes(sm + BRES + on, rg, t);
+            if (copy) load_at(oc, (kt + NST) / NK, (kt + NST) % NK);
+            cp_async_commit();
+            if (TIGHT && more) c1 = wg_load_codes(sm + BRES + on, rg, t);
+            if (!SST) o_cur = on;
+            if (more) wg_dequant(c1, nxt);
+        };
+        for (int ct = 0; ct < nct; ct++) {
+            const int left = (nct - ct) * NK; /* steps from this tile's first on */
+#pragma unroll
+            for (int kt = 0; kt < NK; kt += 2) {
+                ustep(kt, abuf0, abuf1, kt + NST < left, true);
+                ustep(kt + 1, abuf1, abuf0, kt + 1 + NST < left, kt + 2 < left);
+            }
+            cw += CTW;
+            cs += CTS;
         }
-    }
-    for (; s < steps; s += 2) {
-        step(s, abuf0, abuf1, true);
-        if (s + 1 < steps) step(s + 1, abuf1, abuf0, true);
+    } else {
+        /* As in wg_tile: the pairs of steps that need no test (s + 1 + NST < steps: both
+         * copy), then the rest with the tests. Up to 64 tokens (16 tokens: 390 -> 374
+         * instructions per pair); the 128-token body (the BIG kernel) keeps one loop
+         * (wg_tile's note). */
+        constexpr bool PEEL = NT <= 64;
+        int s = 0;
+        if constexpr (PEEL) {
+            for (; s + 1 + NST < steps; s += 2) {
+                step(s, abuf0, abuf1, false);
+                step(s + 1, abuf1, abuf0, false);
+            }
+        }
+        for (; s < steps; s += 2) {
+            step(s, abuf0, abuf1, true);
+            if (s + 1 < steps) step(s + 1, abuf1, abuf0, true);
+        }
     }
     wgmma_wait<0>(); /* retired at the last step already; ptxas cannot tell */
     cp_async_wait<0>();
@@ -984,8 +1057,8 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
  * separate kernels. A kernel of its own, apart from wg_tile's bodies: with them in the same
  * kernel ptxas ran short of registers and serialized every wgmma of the kernel (C7511;
  * wg_res<16> did too before the copy sources and output rows were staged). */
-template <bool OBF16, bool SMALL, bool BIG> /* OBF16: p.out_bf16 as a constant */
-__global__ void __launch_bounds__(WG_THREADS, 2)
+template <bool OBF16, bool SMALL, bool BIG, int NK = 0> /* OBF16: p.out_bf16 as a constant; */
+__global__ void __launch_bounds__(WG_THREADS, 2)      /* NK: wg_res's (k == NK * WG_BK) */
 fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
 {
 #ifdef FP4_WG_SM90
@@ -1000,18 +1073,18 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, i
         p, unit,
         [&](int e, int s, int) {
             if constexpr (BIG) {
-                wg_res<128, OBF16, RING>(p, sm, e, s, ctile, nct);
+                wg_res<128, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
             } else {
-                wg_res<64, OBF16, RING>(p, sm, e, s, ctile, nct);
-                wg_res<64, OBF16, RING>(p, sm, e, s + 1, ctile, nct);
+                wg_res<64, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
+                wg_res<64, OBF16, RING, NK>(p, sm, e, s + 1, ctile, nct);
             }
         },
         [&](int e, int s, int nt) {
-            if (nt > 48) wg_res<64, OBF16, RING>(p, sm, e, s, ctile, nct);
-            else if (nt > 32) wg_res<48, OBF16, RING>(p, sm, e, s, ctile, nct);
-            else if (!SMALL || nt > 24) wg_res<32, OBF16, RING>(p, sm, e, s, ctile, nct);
-            else if (nt > 16) wg_res<24, OBF16, RING>(p, sm, e, s, ctile, nct);
-            else wg_res<16, OBF16, RING>(p, sm, e, s, ctile, nct);
+            if (nt > 48) wg_res<64, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
+            else if (nt > 32) wg_res<48, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
+            else if (!SMALL || nt > 24) wg_res<32, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
+            else if (nt > 16) wg_res<24, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
+            else wg_res<16, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
         });
 #else
     __trap();
@@ -1025,30 +1098,34 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
     /* the BIG and DEEP kernels first, without a flag: wg_ready is set only when every kernel
      * is ready. Two of their CTAs need nearly all of the SM's shared memory: ask for the
      * largest carveout. */
-    const void *big[4] = {(const void *)fp4_sm90_wgmma_res_kernel<false, false, true>,
+    const void *big[5] = {(const void *)fp4_sm90_wgmma_res_kernel<false, false, true>,
                           (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>,
+                          (const void *)fp4_sm90_wgmma_res_kernel<true, false, true, WG_NK>,
                           (const void *)fp4_sm90_wgmma_kernel<true, false, true>,
                           (const void *)fp4_sm90_wgmma_kernel<true, false, true, true>};
-    cudaError_t err = wg_kernels_init(NULL, big, 4, WG_SMEM128); /* >= WG_SMEM_DEEP */
-    for (int i = 0; i < 4 && err == cudaSuccess; i++)
+    cudaError_t err = wg_kernels_init(NULL, big, 5, WG_SMEM128); /* >= WG_SMEM_DEEP */
+    for (int i = 0; i < 5 && err == cudaSuccess; i++)
         err = cudaFuncSetAttribute(big[i], cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
-    const void *kern[8] = {(const void *)fp4_sm90_wgmma_kernel<true, false>,
-                           (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>,
-                           (const void *)fp4_sm90_wgmma_kernel<false, false>,
-                           (const void *)fp4_sm90_wgmma_kernel<false, true>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<true, false, false>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<false, true, false>,
-                           (const void *)fp4_sm90_wgmma_res_kernel<true, true, false>};
-    return wg_kernels_init(wg_ready, kern, 8, WG_SMEM);
+    const void *kern[10] = {(const void *)fp4_sm90_wgmma_kernel<true, false>,
+                            (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>,
+                            (const void *)fp4_sm90_wgmma_kernel<false, false>,
+                            (const void *)fp4_sm90_wgmma_kernel<false, true>,
+                            (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>,
+                            (const void *)fp4_sm90_wgmma_res_kernel<true, false, false>,
+                            (const void *)fp4_sm90_wgmma_res_kernel<false, true, false>,
+                            (const void *)fp4_sm90_wgmma_res_kernel<true, true, false>,
+                            (const void *)fp4_sm90_wgmma_res_kernel<true, false, false, WG_NK>,
+                            (const void *)fp4_sm90_wgmma_res_kernel<true, true, false, WG_NK>};
+    return wg_kernels_init(wg_ready, kern, 10, WG_SMEM);
 }
 
-/* Scale chunks in the gated bodies below 128 tokens (wg_sc_slots): on unless a test turns
- * them off to compare. wg_last: the FP4_WG_RAN_* flags of the last launch (a test's check;
- * relaxed atomics, since every launch writes it). */
-static int wg_sc_on = 1, wg_last;
+/* Scale chunks in the gated bodies below 128 tokens (wg_sc_slots) and the res kernels' K loop
+ * unrolled at k == WG_NK * WG_BK: on unless a test turns them off to compare. wg_last: the
+ * FP4_WG_RAN_* flags of the last launch (a test's check; relaxed atomics, since every launch
+ * writes it). */
+static int wg_sc_on = 1, wg_nk_on = 1, wg_last;
 
 extern "C" int fp4_sm90_wgmma_last_launch(void)
 {
@@ -1059,6 +1136,13 @@ extern "C" int fp4_sm90_wgmma_set_scale_chunks(int on)
 {
     const int old = wg_sc_on;
     wg_sc_on = on != 0;
+    return old;
+}
+
+extern "C" int fp4_sm90_wgmma_set_k_unroll(int on)
+{
+    const int old = wg_nk_on;
+    wg_nk_on = on != 0;
     return old;
 }
 
@@ -1122,7 +1206,12 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     const int chunks = p->k % 256 == 0 && !((uintptr_t)p->ws & 15);
     const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && chunks;
     const int sc = p->gated && chunks && wg_sc_on;
-    __atomic_store_n(&wg_last, (sc ? FP4_WG_RAN_SC : 0) | (deep ? FP4_WG_RAN_DEEP : 0),
+    /* the res kernels (bf16 out, as the pipeline's FC2) with the K loop unrolled: k = 384 */
+    const int nk =
+        (res || big) && p->out_bf16 && p->k == WG_NK * WG_BK && p->n % WG_BW == 0 && wg_nk_on;
+    __atomic_store_n(&wg_last,
+                     (sc ? FP4_WG_RAN_SC : 0) | (deep ? FP4_WG_RAN_DEEP : 0) |
+                         (nk ? FP4_WG_RAN_NK : 0),
                      __ATOMIC_RELAXED);
     if (deep) { /* its bodies below 128 tokens with scale chunks too (sc): H200, layer,
                  * -1.3 / -1.4% at 96 rows per expert, -0.2 to -0.5% at 128-256 */
@@ -1134,15 +1223,18 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     } else if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
     else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;
     else if (big) {
-        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>
-                           : (const void *)fp4_sm90_wgmma_res_kernel<false, false, true>;
+        kern = nk            ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, true, WG_NK>
+               : p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>
+                             : (const void *)fp4_sm90_wgmma_res_kernel<false, false, true>;
         smem = WG_SMEM128;
     } else if (res && p->rows_per_expert <= WG_RES_SMALL)
-        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, true, false>
-                           : (const void *)fp4_sm90_wgmma_res_kernel<false, true, false>;
+        kern = nk            ? (const void *)fp4_sm90_wgmma_res_kernel<true, true, false, WG_NK>
+               : p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, true, false>
+                             : (const void *)fp4_sm90_wgmma_res_kernel<false, true, false>;
     else if (res)
-        kern = p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, false>
-                           : (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>;
+        kern = nk            ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, false, WG_NK>
+               : p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, false>
+                             : (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>;
     int nyi = (int)ny;
     void *args[3] = {(void *)p, &nyi, &cols};
     cudaLaunchAttribute at[1];

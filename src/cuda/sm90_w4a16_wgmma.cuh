@@ -35,6 +35,10 @@ cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *args, cudaStream_t stre
  * bit for bit. 0 turns them off (tests compare both); returns the previous setting. Not
  * thread-safe: set it before any forward. */
 int fp4_sm90_wgmma_set_scale_chunks(int on);
+/* The resident-token FC2 kernels (k <= FP4_WG_RES_K, bf16 out) with their K loop unrolled
+ * where k == 384 and n % 128 == 0 (on by default); the output is the same bit for bit. 0 turns
+ * it off (tests compare both); returns the previous setting. Not thread-safe. */
+int fp4_sm90_wgmma_set_k_unroll(int on);
 /* The launcher's size bounds, in rows per expert (args.rows_per_expert: m top-k / E rounded
  * up), here so that the tests that count which form ran use the same numbers. Plain (FC2)
  * with k <= FP4_WG_RES_K: the token tile resident (wg_res) up to FP4_WG_RES_ROWS, with its
@@ -47,10 +51,12 @@ int fp4_sm90_wgmma_set_scale_chunks(int on);
 #define FP4_WG_STRIP_ROWS 84
 #define FP4_WG_DEEP_ROWS 88
 /* What the last fp4_sm90_wgmma_gemm call launched (0 when it refused its arguments): the gated
- * kernel's bodies below 128 tokens with scale chunks, the DEEP form. Tests check that a switch
- * or a rule reached the kernel they mean; with several host threads, some thread's last. */
+ * kernel's bodies below 128 tokens with scale chunks, the DEEP form, a resident-token FC2
+ * kernel with its K loop unrolled. Tests check that a switch or a rule reached the kernel they
+ * mean; with several host threads, some thread's last. */
 #define FP4_WG_RAN_SC 1
 #define FP4_WG_RAN_DEEP 2
+#define FP4_WG_RAN_NK 4
 int fp4_sm90_wgmma_last_launch(void);
 
 #ifdef __cplusplus

@@ -20,7 +20,11 @@
  * every body of the kernel (128, 96, 80 tokens as pairs of one expert's slots; 64, 48, 32, 24
  * and 16 alone), n = 128 (two column tiles), at 40 rows per expert (below WG_DEEP_ROWS) and
  * 100 (the DEEP kernel, whose bodies below 128 tokens take the chunks too), and at 100 a
- * third table of pairs with an expert's tail (144 and 160 tokens).
+ * third table of pairs with an expert's tail (144 and 160 tokens). Plain (FC2, bf16 out): the
+ * res kernels' K loop unrolled at k = 384 (fp4_sm90_wgmma_set_k_unroll) against the run-time
+ * loop, the same two tables at 20, 40, 48, 64 and 100 rows per expert (every res body, the
+ * BIG kernel, the strips), n = 1664 (13 column tiles: CTAs of 12 + 1 and 4 + 4 + 4 + 1), and
+ * n = 576 and k = 256, where the run-time loop must run both times.
  * Also the shallow weight ring (fp4_dec_set_shallow_ring) of the KS 8 cases, forced on (one
  * tile a warp: half the ring; two: 4 stages with a shorter lead): the same bytes as the deep
  * ring's; and every case with the unrolled K loops off (fp4_dec_set_ng), which K = 6144 and
@@ -223,14 +227,18 @@ static void run_case(const dec_case *c, uint64_t *seed)
     free(o1), free(o0);
 }
 
-/* sm90-wgmma, gated, 8 slots of 64 padded rows (4 units of two slots). rows[s]: the rows in
- * use of slot s (a prefix), expert[s] its expert (-1: none); a unit's two slots hold one
- * expert or the second none, as fp4_moe_group's align 2 makes them. */
-static void run_wgmma_case(int k, int rpe, const int *rows, const int32_t *expert,
-                           const char *name, uint64_t *seed)
+/* sm90-wgmma, 8 slots of 64 padded rows (4 units of two slots), n output columns (gated: n
+ * gate and n up rows). rows[s]: the rows in use of slot s (a prefix), expert[s] its expert
+ * (-1: none); a unit's two slots hold one expert or the second none, as fp4_moe_group's align 2
+ * makes them. Gated: scale chunks on, then off. Plain (bf16 out, FC2): the res kernels' K loop
+ * unrolled (fp4_sm90_wgmma_set_k_unroll) on, then off; it must run exactly at k = 384, n % 128
+ * == 0, where the res or BIG kernels serve (rows per expert up to FP4_WG_RES_ROWS or above
+ * FP4_WG_STRIP_ROWS). Both runs' outputs must be equal bit for bit. */
+static void run_wgmma_case(int gated, int k, int n, int rpe, const int *rows,
+                           const int32_t *expert, const char *name, uint64_t *seed)
 {
     enum { SLOTS = 8 };
-    const int n = 128, wrows = 2 * n, prows = SLOTS * 64, a_rows = 200;
+    const int wrows = gated ? 2 * n : n, prows = SLOTS * 64, a_rows = 200;
     const size_t out_elems = (size_t)prows * n;
     uint16_t *o1 = malloc(out_elems * 2), *o0 = malloc(out_elems * 2);
     gemm_inputs in = make_inputs(wrows, k, a_rows, seed);
@@ -243,23 +251,34 @@ static void run_wgmma_case(int k, int rpe, const int *rows, const int32_t *exper
 
     fp4_mma_gemm_args p;
     memset(&p, 0, sizeof p);
-    p.wfmt = FP4_MMA_W_NVFP4, p.gated = 1, p.n = n, p.k = k, p.n_tiles_m = SLOTS;
+    p.wfmt = FP4_MMA_W_NVFP4, p.gated = gated, p.n = n, p.k = k, p.n_tiles_m = SLOTS;
     p.a = in.a, p.a_rows = a_rows, p.tile_expert = d_te, p.row_src = d_rsrc, p.out_rows = prows;
     p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.rows_per_expert = rpe; /* DEEP above the bound */
-    uint16_t *res[2] = {o0, o1};
+    p.out_bf16 = !gated; /* plain: every padded row r < out_rows written (row_dst NULL) */
+    const int res = k <= FP4_WG_RES_K && (rpe <= FP4_WG_RES_ROWS || rpe > FP4_WG_STRIP_ROWS);
+    const int want_nk = !gated && res && k == 384 && n % 128 == 0;
+    const char *what = gated ? "scale chunks" : "the K loop unrolled";
+    uint16_t *out[2] = {o0, o1};
     for (int on = 1; on >= 0; on--) {
-        fp4_sm90_wgmma_set_scale_chunks(on);
+        if (gated) fp4_sm90_wgmma_set_scale_chunks(on);
+        else fp4_sm90_wgmma_set_k_unroll(on);
         CK(cudaMemset(d_out, 0x7b, out_elems * 2)); /* bf16 0x7b7b: 1.3e36, never an output */
         CK(fp4_sm90_wgmma_gemm(&p, 0));
-        /* the kernel that ran: chunks when on; DEEP above FP4_WG_DEEP_ROWS rows per expert */
-        const int ran = fp4_sm90_wgmma_last_launch(), deep = rpe > FP4_WG_DEEP_ROWS;
-        CHECK(!!(ran & FP4_WG_RAN_SC) == on && !!(ran & FP4_WG_RAN_DEEP) == deep,
-              "sm90-wgmma gated k %d rpe %d, switch %d: ran scale chunks %d DEEP %d, expected "
-              "%d %d", k, rpe, on, !!(ran & FP4_WG_RAN_SC), !!(ran & FP4_WG_RAN_DEEP), on, deep);
+        /* the kernel that ran: chunks when on (gated); DEEP above FP4_WG_DEEP_ROWS rows per
+         * expert (gated); the unrolled K loop when on where it serves (plain) */
+        const int ran = fp4_sm90_wgmma_last_launch();
+        const int sc = gated && on, deep = gated && rpe > FP4_WG_DEEP_ROWS, nk = want_nk && on;
+        CHECK(!!(ran & FP4_WG_RAN_SC) == sc && !!(ran & FP4_WG_RAN_DEEP) == deep &&
+                  !!(ran & FP4_WG_RAN_NK) == nk,
+              "sm90-wgmma %s k %d n %d rpe %d, switch %d: ran scale chunks %d DEEP %d unrolled "
+              "K %d, expected %d %d %d", gated ? "gated" : "plain", k, n, rpe, on,
+              !!(ran & FP4_WG_RAN_SC), !!(ran & FP4_WG_RAN_DEEP), !!(ran & FP4_WG_RAN_NK), sc,
+              deep, nk);
         CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(res[on], d_out, out_elems * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(out[on], d_out, out_elems * 2, cudaMemcpyDeviceToHost));
     }
     fp4_sm90_wgmma_set_scale_chunks(1);
+    fp4_sm90_wgmma_set_k_unroll(1);
 
     long long diff = 0, poison = 0, nonzero = 0, used = 0, first = -1;
     for (int r = 0; r < prows; r++)
@@ -274,14 +293,15 @@ static void run_wgmma_case(int k, int rpe, const int *rows, const int32_t *exper
             poison += o1[i] == 0x7b7b;
             nonzero += o1[i] != 0;
         }
-    CHECK(diff == 0, "sm90-wgmma gated k %d rpe %d, %s: %lld values differ with scale chunks off, "
-          "first %lld", k, rpe, name, diff, first);
-    CHECK(poison == 0, "sm90-wgmma gated k %d rpe %d, %s: %lld of %lld values of rows in use "
-          "unwritten", k, rpe, name, poison, used);
-    CHECK(nonzero > used / 2, "sm90-wgmma gated k %d rpe %d, %s: only %lld of %lld values non-zero",
-          k, rpe, name, nonzero, used);
-    printf("sm90-wgmma gated k %d rpe %d, %s: %lld values equal\n", k, rpe, name,
-           (long long)out_elems);
+    const char *kind = gated ? "gated" : "plain";
+    CHECK(diff == 0, "sm90-wgmma %s k %d n %d rpe %d, %s: %lld values differ with %s off, first "
+          "%lld", kind, k, n, rpe, name, diff, what, first);
+    CHECK(poison == 0, "sm90-wgmma %s k %d n %d rpe %d, %s: %lld of %lld values of rows in use "
+          "unwritten", kind, k, n, rpe, name, poison, used);
+    CHECK(nonzero > used / 2, "sm90-wgmma %s k %d n %d rpe %d, %s: only %lld of %lld values "
+          "non-zero", kind, k, n, rpe, name, nonzero, used);
+    printf("sm90-wgmma %s k %d n %d rpe %d, %s: %lld values equal%s\n", kind, k, n, rpe, name,
+           (long long)out_elems, want_nk ? " (and with the K loop unrolled)" : "");
 
     free_inputs(&in), cudaFree(d_te), cudaFree(d_rsrc), cudaFree(d_out);
     free(o1), free(o0);
@@ -344,10 +364,31 @@ int main(void)
                        "rpe 40 and 100 must sit on both sides of the DEEP bound");
         for (int i = 0; i < 3 && err == cudaSuccess; i++)
             for (int rpe = 40; rpe <= 100; rpe += 60) {
-                run_wgmma_case(wk[i], rpe, rows_a, exp_a, "128 / 96 / 80 / 16 tokens", &seed);
-                run_wgmma_case(wk[i], rpe, rows_b, exp_b, "64 / 48 / 32 / 24 tokens", &seed);
+                run_wgmma_case(1, wk[i], 128, rpe, rows_a, exp_a, "128 / 96 / 80 / 16 tokens",
+                               &seed);
+                run_wgmma_case(1, wk[i], 128, rpe, rows_b, exp_b, "64 / 48 / 32 / 24 tokens",
+                               &seed);
                 if (rpe > FP4_WG_DEEP_ROWS)
-                    run_wgmma_case(wk[i], rpe, rows_c, exp_c, "144 / 160 tokens (tails)", &seed);
+                    run_wgmma_case(1, wk[i], 128, rpe, rows_c, exp_c, "144 / 160 tokens (tails)",
+                                   &seed);
+            }
+        /* plain (FC2): the res kernels at 20 rows per expert (with the 16 / 24 bodies, 12
+         * column tiles a CTA), 40 (12) and 48 (4), the BIG kernel at 100 (4; pairs as 128
+         * tokens), the strips at 64 (never unrolled). n = 1664: 13 column tiles, so groups
+         * of 12 + 1 and 4 + 4 + 4 + 1 (the ring's last steps in a CTA of one column tile);
+         * n = 576 (a half tile) and k = 256 keep the run-time loop. */
+        _Static_assert(20 <= FP4_WG_RES_SMALL && 40 < FP4_WG_RES_ROWS &&
+                           FP4_WG_RES_ROWS == 48 && 64 <= FP4_WG_STRIP_ROWS &&
+                           FP4_WG_STRIP_ROWS < 100 && FP4_WG_RES_K == 384,
+                       "the plain cases' rows per expert must sit in each form's range");
+        static const int prpe[] = {20, 40, 48, 64, 100};
+        static const int pk[][2] = {{384, 1664}, {384, 576}, {256, 1664}};
+        for (int i = 0; i < 3 && err == cudaSuccess; i++)
+            for (int j = 0; j < 5; j++) {
+                run_wgmma_case(0, pk[i][0], pk[i][1], prpe[j], rows_a, exp_a,
+                               "128 / 96 / 80 / 16 tokens", &seed);
+                run_wgmma_case(0, pk[i][0], pk[i][1], prpe[j], rows_b, exp_b,
+                               "64 / 48 / 32 / 24 tokens", &seed);
             }
     } else {
         printf("SKIP: sm90-wgmma needs an sm_90 GPU (this is sm_%d%d)\n", ma, mi);
