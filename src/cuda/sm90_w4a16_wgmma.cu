@@ -389,7 +389,16 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     /* Copy plan. B: chunk c = tid + 256 i is token row c >> 3, 16-byte part c & 7. The
      * sources point at the next K tile to copy (the ring is filled in K order; a new column
      * tile starts the token rows again from K tile 0). */
-    const uint16_t *b_src[BCH];
+    /* OFF32 (the DEEP form's 128-, 144- and 160-token bodies, one column tile, so the copies
+     * run in K order): the sources as 32-bit byte offsets from a_kc, K tile kc of p.a (the
+     * launcher's a_rows k < 2^31), and the destinations 4 KB apart (chunk c + 256 is row r +
+     * 32, same swizzle). A copy's address is then one 64-bit add to a uniform base, where
+     * the 64-bit sources were copied into an aligned pair and stepped: the pair of steps
+     * 334 / 361 / 417 -> 315 / 346 / 339 instructions (128 / 144 / 160 tokens), spills out
+     * of the 144 / 160 loops, tid no longer re-read. */
+    constexpr bool OFF32 = DD;
+    const uint16_t *b_src[OFF32 ? 1 : BCH];
+    uint32_t b_off[OFF32 ? BCH : 1];
     uint32_t b_dst[BCH];
     int b_bytes[BCH];
 #pragma unroll
@@ -397,8 +406,10 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         int c = tid + WG_THREADS * i, r = c >> 3, j = c & 7, prow = prow0 + r;
         int src = wg_a_row(p, prow);
         b_bytes[i] = src >= 0 ? 16 : 0;
-        b_src[i] = p.a + (size_t)(src >= 0 ? src : 0) * k + j * 8;
-        b_dst[i] = r * 128 + ((j ^ (r & 7)) << 4);
+        if constexpr (OFF32) b_off[i] = ((uint32_t)(src >= 0 ? src : 0) * (uint32_t)k + j * 8) * 2;
+        else b_src[i] = p.a + (size_t)(src >= 0 ? src : 0) * k + j * 8;
+        b_dst[i] = OFF32 && i > 0 ? b_dst[0] + i * (WG_THREADS / 8 * 128)
+                                  : r * 128 + ((j ^ (r & 7)) << 4);
     }
     /* W: row tid >> 1, half tid & 1. S: row tid (threads < 128). aim() points them at K tile 0
      * of column tile ct (rows past the weight rows: row 0 and no bytes). */
@@ -418,14 +429,22 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     aim(l_ct);
     /* The next K tile (kc: its index; DC bodies are gated, one column tile, so the copies run
      * in K order from 0 and kc counts them) into the stage at byte offset off. */
+    const char *a_kc = (const char *)p.a; /* OFF32: K tile kc of p.a (a running pointer:
+                                              from kc, the compiler formed each address in
+                                              64 bits from the offset and kc, 4 instructions) */
     auto load_stage = [&](uint32_t off, int kc) {
         const uint32_t base = sbase + off;
 #pragma unroll
         for (int i = 0; i < BCH; i++)
             if (BALL || tid + WG_THREADS * i < NT * 8) {
-                cp_async16(base + b_dst[i], b_src[i], b_bytes[i]);
-                b_src[i] += WG_BK;
+                if constexpr (OFF32) {
+                    cp_async16(base + b_dst[i], a_kc + b_off[i], b_bytes[i]);
+                } else {
+                    cp_async16(base + b_dst[i], b_src[i], b_bytes[i]);
+                    b_src[i] += WG_BK;
+                }
             }
+        if constexpr (OFF32) a_kc += WG_BK * 2;
         cp_async16(base + BB + tid * 16, w_src, w_bytes);
         w_src += FP4_WQ_TILE;
         if (DC) { /* K tiles kc .. kc + 3: their scales into slot (kc / 4) % NSC */
@@ -442,7 +461,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         if (STRIP && ++l_kt == nk) { /* the next column tile */
             l_kt = 0;
 #pragma unroll
-            for (int i = 0; i < BCH; i++) b_src[i] -= k;
+            for (int i = 0; i < BCH; i++)
+                if constexpr (!OFF32) b_src[i] -= k;
             aim(++l_ct);
         }
     };
@@ -1204,7 +1224,9 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
      * +2.3% at 64 rows per expert (top-8 / top-4), +2.2% at 80; so not the L1. */
     /* 16-byte chunks of a row's scales per 4 K tiles (DEEP, and scale chunks below it) */
     const int chunks = p->k % 256 == 0 && !((uintptr_t)p->ws & 15);
-    const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && chunks;
+    /* ... and its token rows' byte offsets within 32 bits (wg_tile's OFF32) */
+    const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && chunks &&
+                     (unsigned long long)p->a_rows * (unsigned long long)p->k < (1ull << 31);
     const int sc = p->gated && chunks && wg_sc_on;
     /* the res kernels (bf16 out, as the pipeline's FC2) with the K loop unrolled: k = 384 */
     const int nk =
