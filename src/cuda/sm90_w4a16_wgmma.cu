@@ -812,16 +812,16 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     int c_kt = 0; /* this step's K tile */
     int c_col = ctile0 * WG_BW + 64 * wg + 16 * wq + 2 * g; /* the lane's first column */
     uint32_t o_cur = 0; /* the stage of step s (its codes were read at step s - 1) */
-    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool tail) {
-        const int kt = c_kt;
-        c_kt = kt + 1 == nk ? 0 : kt + 1;
+    /* A step's head (K tile kt, A = cur): its wgmmas, then those of the step before retired
+     * (the column tile's last K tile: its own too, and the epilogue), then the barrier. */
+    auto head = [&](int kt, uint32_t(&cur)[4][4]) __attribute__((always_inline)) {
         const uint64_t desc = wg_desc(sbase + kt * BB);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
             wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, kk > 0 || kt > 0);
         wgmma_commit();
-        if (kt == nk - 1) {
+        if (kt == (NK > 0 ? NK : nk) - 1) {
             wgmma_wait<0>();
             wg_fence_acc<NT / 2>(acc);
             wg_store_cols<NT, OBF16>(acc, srow, swt, c_col, n, t);
@@ -835,6 +835,11 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
          * to land with 3 stages (the 128-token body), not one. */
         cp_async_wait<NST - 2>(); /* committed: up to step s + NST - 1; wanted: s + 1 */
         __syncthreads();
+    };
+    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool tail) {
+        const int kt = c_kt;
+        c_kt = kt + 1 == nk ? 0 : kt + 1;
+        head(kt, cur);
         /* The next step's codes are read before the copies are issued (their latency hides
          * behind them), but after them in the 128-token body: live across the copies they
          * spilled the copy state there (6 local loads and 2 stores per step). */
@@ -854,22 +859,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         constexpr bool SST = NK % NST == 0;
         auto ustep = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool copy,
                          bool more) __attribute__((always_inline)) {
-            const uint64_t desc = wg_desc(sbase + kt * BB);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                wg_mma<NT>::run(acc, cur[kk], desc + 2 * kk, kk > 0 || kt > 0);
-            wgmma_commit();
-            if (kt == NK - 1) {
-                wgmma_wait<0>();
-                wg_fence_acc<NT / 2>(acc);
-                wg_store_cols<NT, OBF16>(acc, srow, swt, c_col, n, t);
-                c_col += WG_BW;
-            } else {
-                wgmma_wait<1>();
-            }
-            cp_async_wait<NST - 2>();
-            __syncthreads();
+            head(kt, cur);
             const uint32_t oc = SST ? kt % NST * STAGE : o_cur;
             const uint32_t on = SST ? (kt + 1) % NST * STAGE : next_stage(o_cur);
             wg_codes c1;
