@@ -748,11 +748,15 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
         return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
                         "GPU MoE kernel 'sm90-wgmma' cannot run here (H=%d, I=%d): it needs an "
                         "sm_90 GPU and K, N multiples of 64", H, I);
+    /* sm90-wgmma: FC2's multiplier (route weight x global scale) on FC1's rows instead (fold),
+     * so that FC2's stores multiply nothing. H200, tp8 shapes, layer: bench/NOTES.md
+     * forty-third session. */
+    p.fold = wg, p.row_w = row_w, p.fold_gscale = g->g2;
     if ((err = wg ? fp4_sm90_wgmma_gemm(&p, s) : fp4_mma_gemm(&p, s)) != cudaSuccess)
         return cuda_fail(e, err, "FC1 launch");
     /* FC2: a [padded, I] -> per-pair rows of [M k, H] in bf16 (half the bytes written and read
-     * back by the combine), times global scale and route weight. */
-    p.gated = 0, p.n = H, p.k = I;
+     * back by the combine), times global scale and route weight (or, fold, already are). */
+    p.gated = 0, p.n = H, p.k = I, p.fold_gscale = NULL;
     p.a = abuf, p.a_rows = l.n_slots * FP4_MMA_TILE_M, p.row_src = NULL;
     p.row_dst = row_dst, p.row_w = row_w;
     p.wq = g->w2, p.ws = g->s2, p.gscale = g->g2, p.out = pairs, p.out_bf16 = 1;

@@ -35,8 +35,11 @@
  * dequantize tile kt+1 (wgmma.wait_group 1 frees the other buffer and the ring stage).
  * Gated (FC1): each warp holds gate and up rows of the same 8 columns in its accumulator rows
  * g and g+8, so the SwiGLU / SwiGLU-OAI epilogue is thread-local; bf16 out staged in shared
- * memory, 16-byte stores. Plain (FC2): times global scale and the pair's routing weight,
- * fp32 rows staged in shared memory (with out_bf16 bf16 rows, already scaled), 16-byte stores;
+ * memory, 16-byte stores. With fold, each row times the next plain launch's multiplier first
+ * (the pair's routing weight x FC2's global scale x 2^7, from a table of the unit's rows).
+ * Plain (FC2): times global scale and the pair's routing weight (with fold: nothing, a's rows
+ * carry it), fp32 rows staged in shared memory (with out_bf16 bf16 rows, already scaled),
+ * 16-byte stores;
  * or, in column strips (up to WG_STRIP_ROWS rows per expert: a CTA runs WG_COLS column tiles
  * of one unit through one ring, the next tile's copies in flight across the previous tile's
  * end), stored straight from the accumulators (wg_store_cols, shared with wg_res). With
@@ -63,7 +66,8 @@
 #define WG_S_BYTES (WG_BW * WG_BK / 16)
 #define WG_RING (4 * 21504)            /* cp.async ring: 4 stages of 128 tokens, 6 of 64;
                                           two CTAs per SM (smem and 128 registers) */
-#define WG_ROWTAB (128 * 12)           /* plain: per-token output row and multiplier */
+#define WG_ROWTAB (128 * 12)           /* plain: per-token output row and multiplier; gated:
+                                          the fold multipliers (up to 160 tokens) */
 #define WG_SMEM (WG_RING + WG_ROWTAB + 1024) /* + slack to align the base to 1 KB */
 #define WG_COLS 4                      /* plain strips: column tiles per CTA */
 #define WG_STRIP_ROWS FP4_WG_STRIP_ROWS /* plain strips up to this many rows per expert */
@@ -89,8 +93,9 @@
 #define WG_EXT_ST 4                    /* DEEP: a pair with an expert's tail (wg_tail), 144 or
                                           160 tokens: 4 stages of B + W (22 / 24 KB: 5 do not
                                           fit two CTAs per SM) */
-#define WG_SMEM_DEEP (WG_RING_DEEP + 1024) /* two CTAs per SM (the largest carveout, so an
-                                          L1 of 28 KB: why the scales go past it) */
+#define WG_SMEM_DEEP (WG_RING_DEEP + WG_ROWTAB + 1024) /* two CTAs per SM (the largest
+                                          carveout, so an L1 of 28 KB: why the scales go past
+                                          it) */
 #if WG_SMEM_DEEP > WG_SMEM128
 #error "the DEEP kernel's shared memory is set up with WG_SMEM128"
 #endif
@@ -287,10 +292,11 @@ static __device__ __forceinline__ int wg_weight_row(int sr, int ctile, int n)
 /* Plain epilogue straight from the accumulators of one column tile: token rows 8j + 2t (+1)
  * of the tile, output columns col and col + 1 of this lane (the warp's accumulator rows g and
  * g + 8: col = the tile's first column + 16 w + 2 g, wg_plain_col). srow[r]: byte address of
- * token r's output row (0: none); swt[r]: its multiplier. A lane stores its two columns as one
+ * token r's output row (0: none); swt[r]: its multiplier (FOLD: none, p.fold's a rows carry
+ * it: the table is not read and no value multiplied). A lane stores its two columns as one
  * pair, so a warp's store writes 16 consecutive bf16 (OBF16) or fp32 columns of 4 token rows:
  * full 32-byte sectors. n % 64 == 0: the columns a lane stores are in or out together. */
-template <int NT, bool OBF16>
+template <int NT, bool OBF16, bool FOLD = false>
 static __device__ __forceinline__ void wg_store_cols(const float *acc,
                                                      const unsigned long long *srow,
                                                      const float *swt, int col, int n, int t)
@@ -301,17 +307,17 @@ static __device__ __forceinline__ void wg_store_cols(const float *acc,
     /* tokens 8 j + 2 t and + 1: their rows and multipliers, read one j ahead (the stores of
      * j do not wait for the shared-memory latency of j's table entries) */
     ulonglong2 rp_n = *(const ulonglong2 *)(srow + 2 * t);
-    float2 f_n = *(const float2 *)(swt + 2 * t);
+    float2 f_n = FOLD ? make_float2(1.f, 1.f) : *(const float2 *)(swt + 2 * t);
 #pragma unroll
     for (int j = 0; j < NT / 8; j++) {
         const ulonglong2 rp = rp_n;
         const float2 f = f_n;
         if (j + 1 < NT / 8) {
             rp_n = *(const ulonglong2 *)(srow + 8 * (j + 1) + 2 * t);
-            f_n = *(const float2 *)(swt + 8 * (j + 1) + 2 * t);
+            if (!FOLD) f_n = *(const float2 *)(swt + 8 * (j + 1) + 2 * t);
         }
-        const float v0 = acc[4 * j] * f.x, v1 = acc[4 * j + 1] * f.y;
-        const float v2 = acc[4 * j + 2] * f.x, v3 = acc[4 * j + 3] * f.y;
+        float v0 = acc[4 * j], v1 = acc[4 * j + 1], v2 = acc[4 * j + 2], v3 = acc[4 * j + 3];
+        if (!FOLD) v0 *= f.x, v1 *= f.y, v2 *= f.x, v3 *= f.y;
         if (OBF16) {
             st_global_b32_row(rp.x, cb, pack_bf16x2(v0, v2), col_in);
             st_global_b32_row(rp.y, cb, pack_bf16x2(v1, v3), col_in);
@@ -324,7 +330,8 @@ static __device__ __forceinline__ void wg_store_cols(const float *acc,
 
 /* Plain: the per-token table of wg_store_cols for token rows prow0 .. prow0 + NT, osz bytes
  * per output value (threads < NT write one entry each; read after the next barrier). The
- * multiplier: routing weight x global scale x 128 (undoes the 2^-7 of the dequantization). */
+ * multiplier: routing weight x global scale x 128 (undoes the 2^-7 of the dequantization);
+ * with fold 1 (a's rows carry it: wg_fold_table). */
 template <int NT>
 static __device__ __forceinline__ void wg_row_table(const fp4_mma_gemm_args &p, int expert,
                                                     int prow0, unsigned long long *srow,
@@ -334,8 +341,25 @@ static __device__ __forceinline__ void wg_row_table(const fp4_mma_gemm_args &p, 
     if (tid < NT) {
         const int prow = prow0 + tid, dst = wg_out_row(p, prow);
         srow[tid] = dst >= 0 ? (unsigned long long)((char *)p.out + (size_t)dst * p.n * osz) : 0ull;
-        swt[tid] = (p.row_w ? p.row_w[prow] : 1.f) * 128.f * (p.gscale ? p.gscale[expert] : 1.f);
+        swt[tid] = p.fold ? 1.f
+                          : (p.row_w ? p.row_w[prow] : 1.f) * 128.f *
+                                (p.gscale ? p.gscale[expert] : 1.f);
     }
+}
+
+/* Gated: the multiplier of token rows prow0 .. prow0 + NT for the epilogue, past the ring
+ * (threads < NT; read after the loop's barriers). With fold the plain launch's (routing weight
+ * x its global scale x 128, as wg_row_table without fold), else 1: the product is exact and
+ * the output the same bit for bit. */
+template <int NT>
+static __device__ __forceinline__ void wg_fold_table(const fp4_mma_gemm_args &p, int expert,
+                                                     int prow0, float *smul)
+{
+    const int tid = threadIdx.x;
+    if (tid < NT)
+        smul[tid] = !p.fold ? 1.f
+                            : (p.row_w ? p.row_w[prow0 + tid] : 1.f) * 128.f *
+                                  (p.fold_gscale ? p.fold_gscale[expert] : 1.f);
 }
 
 /* One work unit: NT tokens (padded rows slot0*64 ..) of one expert x nct column tiles of
@@ -343,7 +367,7 @@ static __device__ __forceinline__ void wg_row_table(const fp4_mma_gemm_args &p, 
  * copies of tile ct + 1 (its weights, the same token rows again from K tile 0) are in flight
  * while tile ct finishes, and the plain epilogue stores straight from the accumulators in the
  * loop (wg_store_cols), so a CTA fills its pipeline once per unit, not once per column tile. */
-template <int NT, bool GATED, bool STRIPS, bool DEEP = false, bool SC = false>
+template <int NT, bool GATED, bool STRIPS, bool DEEP = false, bool SC = false, bool FOLD = false>
 static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsigned char *sm,
                                                int expert, int slot0, int ctile0, int nct)
 {
@@ -360,6 +384,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     constexpr bool DC = DD || (SC && GATED);          /* ... or any body with scale chunks */
     static_assert(!DEEP || GATED, "DEEP: the gated kernel only");
     static_assert(!SC || GATED, "scale chunks: the gated kernel's bodies");
+    static_assert(!FOLD || (STRIPS && !GATED), "FOLD: the strips' stores (p.fold)");
     constexpr int STAGE =
         DC ? BB + WG_W_BYTES : (BB + WG_W_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
     constexpr int NST = DD ? (NT > 128 ? WG_EXT_ST : WG_DEEP_ST)
@@ -368,6 +393,7 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
                                                  DEEP 5 (4 with a tail) */
     constexpr int NSC = wg_sc_slots(NST); /* DC: scale slots (DEEP's 5 or 4 stages: 2) */
     static_assert(!DD || NST * STAGE + NSC * WG_DEEP_SC <= WG_RING_DEEP, "DEEP ring");
+    static_assert(NT * (GATED ? 4 : 12) <= WG_ROWTAB, "the row table past the ring");
     static_assert(!DC || DD || NST * STAGE + NSC * WG_DEEP_SC <= WG_RING, "scale-chunk ring");
     static_assert(!DC || 4 * NSC >= NST + 2 + (NST >= 6), "a scale slot refilled too early");
     const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
@@ -385,6 +411,9 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
     unsigned long long *srow = (unsigned long long *)(sm + WG_RING);
     float *swt = (float *)(srow + NT);
     if (!GATED) wg_row_table<NT>(p, expert, prow0, srow, swt, p.out_bf16 ? 2 : 4);
+    /* gated: the rows' multipliers (fold), there too, or past the DEEP form's longer ring */
+    float *smul = (float *)(sm + (DD ? WG_RING_DEEP : WG_RING));
+    if (GATED) wg_fold_table<NT>(p, expert, prow0, smul);
 
     /* Copy plan. B: chunk c = tid + 256 i is token row c >> 3, 16-byte part c & 7. The
      * sources point at the next K tile to copy (the ring is filled in K order; a new column
@@ -544,8 +573,8 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
         } else if (STRIP && kt == nk - 1) { /* the column tile's last K tile: store it */
             wgmma_wait<0>();
             wg_fence_acc<NT / 2>(acc);
-            if (p.out_bf16) wg_store_cols<NT, true>(acc, srow, swt, c_col, n, t);
-            else wg_store_cols<NT, false>(acc, srow, swt, c_col, n, t);
+            if (p.out_bf16) wg_store_cols<NT, true, FOLD>(acc, srow, swt, c_col, n, t);
+            else wg_store_cols<NT, false, FOLD>(acc, srow, swt, c_col, n, t);
             c_col += WG_BW;
         } else {
             wgmma_wait<1>();
@@ -619,10 +648,12 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
 #pragma unroll
         for (int j = 0; j < NT / 8; j++) {
             int tok = 8 * j + 2 * t;
+            const float2 f = *(const float2 *)(smul + tok); /* the rows' fold multipliers */
             so[tok * 72 + c] = __float2bfloat16_rn(
-                act_fn(p.act, p.limit, p.alpha, acc[4 * j] * gs_g, acc[4 * j + 2] * gs_u));
+                act_fn(p.act, p.limit, p.alpha, acc[4 * j] * gs_g, acc[4 * j + 2] * gs_u) * f.x);
             so[(tok + 1) * 72 + c] = __float2bfloat16_rn(
-                act_fn(p.act, p.limit, p.alpha, acc[4 * j + 1] * gs_g, acc[4 * j + 3] * gs_u));
+                act_fn(p.act, p.limit, p.alpha, acc[4 * j + 1] * gs_g, acc[4 * j + 3] * gs_u) *
+                f.y);
         }
         __syncthreads();
         uint16_t *out = (uint16_t *)p.out;
@@ -689,13 +720,14 @@ static __device__ __forceinline__ void wg_tile(const fp4_mma_gemm_args &p, unsig
  * bytes less the tile and the row table) that runs across the column tiles, so the copies of
  * tile ct + 1 are in flight while tile ct finishes and its epilogue stores. Epilogue straight
  * from the accumulators (wg_store_cols).
- * NK > 0: k == NK * WG_BK and n % WG_BW == 0 (the launcher's check; FC2 of the tp8 shapes,
- * k = 384: NK 6). The loop then runs a column tile's NK steps unrolled, so every K tile, the
- * B descriptor, the epilogue's step and each copy's place (which column tile ahead, which K
- * tile) are constants; the copies come from one pair of sources per column tile at constant
- * offsets, with no row masks; where NK % NST == 0 (the 128-token body's 3 stages) the stage
- * offsets too. The same wgmmas on the same operands in the same order: the output is the
- * run-time loop's bit for bit (fp4_sm90_wgmma_set_k_unroll). */
+ * NK > 0: k == NK * WG_BK, n % WG_BW == 0 and p.fold (the launcher's check; FC2 of the tp8
+ * shapes, k = 384: NK 6), so its stores multiply nothing (wg_store_cols' FOLD; the run-time
+ * loop multiplies by 1). The loop then runs a column tile's NK steps unrolled, so every K
+ * tile, the B descriptor, the epilogue's step and each copy's place (which column tile ahead,
+ * which K tile) are constants; the copies come from one pair of sources per column tile at
+ * constant offsets, with no row masks; where NK % NST == 0 (the 128-token body's 3 stages)
+ * the stage offsets too. The same wgmmas on the same operands in the same order: the output
+ * is the run-time loop's bit for bit (fp4_sm90_wgmma_set_k_unroll). */
 template <int NT, bool OBF16, int RING, int NK>
 static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsigned char *sm,
                                               int expert, int slot0, int ctile0, int nct)
@@ -824,7 +856,7 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         if (kt == (NK > 0 ? NK : nk) - 1) {
             wgmma_wait<0>();
             wg_fence_acc<NT / 2>(acc);
-            wg_store_cols<NT, OBF16>(acc, srow, swt, c_col, n, t);
+            wg_store_cols<NT, OBF16, (NK > 0)>(acc, srow, swt, c_col, n, t);
             c_col += WG_BW;
         } else {
             wgmma_wait<1>();
@@ -1012,7 +1044,7 @@ static __device__ __forceinline__ wg_cta wg_cta_of(unsigned char *smem_raw, int 
  * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to +1.8%
  * at 128-256, where the units are 128-token pairs, so a kernel of its own; the launcher's
  * bound against the BIG form moved to 84 with the tiled codes). */
-template <bool GATED, bool STRIPS, bool DEEP = false, bool SC = false>
+template <bool GATED, bool STRIPS, bool DEEP = false, bool SC = false, bool FOLD = false>
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
 {
@@ -1040,15 +1072,19 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
             else if (nt == 128) /* one column tile per call (wg_tile's STRIP) */
                 for (int c = 0; c < nct; c++)
                     wg_tile<128, GATED, STRIPS>(p, sm, e, s, ctile + c, 1);
-            else if (nt == 96) wg_tile<96, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
-            else wg_tile<80, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
+            else if (nt == 96)
+                wg_tile<96, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
+            else wg_tile<80, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
         },
         [&](int e, int s, int nt) __attribute__((always_inline)) { /* a call: C7510 */
-            if (nt == 64) wg_tile<64, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
-            else if (nt == 48) wg_tile<48, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
-            else if (nt == 32) wg_tile<32, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
-            else if (nt == 24) wg_tile<24, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
-            else wg_tile<16, GATED, STRIPS, false, SC>(p, sm, e, s, ctile, nct);
+            if (nt == 64) wg_tile<64, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
+            else if (nt == 48)
+                wg_tile<48, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
+            else if (nt == 32)
+                wg_tile<32, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
+            else if (nt == 24)
+                wg_tile<24, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
+            else wg_tile<16, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
         });
 #else
     __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
@@ -1118,17 +1154,18 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm_init(void)
         err = cudaFuncSetAttribute(big[i], cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
-    const void *kern[10] = {(const void *)fp4_sm90_wgmma_kernel<true, false>,
+    const void *kern[11] = {(const void *)fp4_sm90_wgmma_kernel<true, false>,
                             (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>,
                             (const void *)fp4_sm90_wgmma_kernel<false, false>,
                             (const void *)fp4_sm90_wgmma_kernel<false, true>,
+                            (const void *)fp4_sm90_wgmma_kernel<false, true, false, false, true>,
                             (const void *)fp4_sm90_wgmma_res_kernel<false, false, false>,
                             (const void *)fp4_sm90_wgmma_res_kernel<true, false, false>,
                             (const void *)fp4_sm90_wgmma_res_kernel<false, true, false>,
                             (const void *)fp4_sm90_wgmma_res_kernel<true, true, false>,
                             (const void *)fp4_sm90_wgmma_res_kernel<true, false, false, WG_NK>,
                             (const void *)fp4_sm90_wgmma_res_kernel<true, true, false, WG_NK>};
-    return wg_kernels_init(wg_ready, kern, 10, WG_SMEM);
+    return wg_kernels_init(wg_ready, kern, 11, WG_SMEM);
 }
 
 /* Scale chunks in the gated bodies below 128 tokens (wg_sc_slots) and the res kernels' K loop
@@ -1218,9 +1255,10 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     const int deep = p->gated && p->rows_per_expert > WG_DEEP_ROWS && chunks &&
                      (unsigned long long)p->a_rows * (unsigned long long)p->k < (1ull << 31);
     const int sc = p->gated && chunks && wg_sc_on;
-    /* the res kernels (bf16 out, as the pipeline's FC2) with the K loop unrolled: k = 384 */
-    const int nk =
-        (res || big) && p->out_bf16 && p->k == WG_NK * WG_BK && p->n % WG_BW == 0 && wg_nk_on;
+    /* the res kernels (bf16 out, fold: as the pipeline's FC2) with the K loop unrolled and no
+     * multiplier in their stores: k = 384 */
+    const int nk = (res || big) && p->out_bf16 && p->fold && p->k == WG_NK * WG_BK &&
+                   p->n % WG_BW == 0 && wg_nk_on;
     __atomic_store_n(&wg_last,
                      (sc ? FP4_WG_RAN_SC : 0) | (deep ? FP4_WG_RAN_DEEP : 0) |
                          (nk ? FP4_WG_RAN_NK : 0),
@@ -1233,7 +1271,9 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     } else if (sc) { /* below: scale chunks (wg_sc_slots) */
         kern = (const void *)fp4_sm90_wgmma_kernel<true, false, false, true>;
     } else if (p->gated) kern = (const void *)fp4_sm90_wgmma_kernel<true, false>;
-    else if (strips) kern = (const void *)fp4_sm90_wgmma_kernel<false, true>;
+    else if (strips) /* with fold, stores that multiply nothing (the 128-token body by 1) */
+        kern = p->fold ? (const void *)fp4_sm90_wgmma_kernel<false, true, false, false, true>
+                       : (const void *)fp4_sm90_wgmma_kernel<false, true>;
     else if (big) {
         kern = nk            ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, true, WG_NK>
                : p->out_bf16 ? (const void *)fp4_sm90_wgmma_res_kernel<true, false, true>

@@ -4,6 +4,12 @@
  * fp4_mma_gemm_args, the same load-time NVFP4 layout (src/gpu_pack.h), the same grouping
  * tables of 64-row tile slots, the same outputs. NVFP4 weights only (BF16 weights: use
  * fp4_mma_gemm). C-callable.
+ * Its own, beside that contract: args.fold (fp4_mma_gemm refuses it). A gated launch with fold
+ * multiplies output row r by row_w[r] x fold_gscale[expert] x 2^7 before rounding it to bf16;
+ * a plain launch with fold over those rows (row_src NULL: the same padded row space) applies
+ * neither row_w nor gscale nor its 2^7 (its dequantized weights are w x s x 2^-7), so that
+ * its stores multiply nothing. The pair computes FC2(h x w) where the two without fold compute
+ * FC2(h) x w: equal but for the rounding of h to bf16.
  */
 #ifndef FP4MOE_SM90_W4A16_WGMMA_CUH
 #define FP4MOE_SM90_W4A16_WGMMA_CUH
@@ -35,9 +41,9 @@ cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *args, cudaStream_t stre
  * bit for bit. 0 turns them off (tests compare both); returns the previous setting. Not
  * thread-safe: set it before any forward. */
 int fp4_sm90_wgmma_set_scale_chunks(int on);
-/* The resident-token FC2 kernels (k <= FP4_WG_RES_K, bf16 out) with their K loop unrolled
- * where k == 384 and n % 128 == 0 (on by default); the output is the same bit for bit. 0 turns
- * it off (tests compare both); returns the previous setting. Not thread-safe. */
+/* The resident-token FC2 kernels (k <= FP4_WG_RES_K, bf16 out, fold) with their K loop
+ * unrolled where k == 384 and n % 128 == 0 (on by default); the output is the same bit for
+ * bit. 0 turns it off (tests compare both); returns the previous setting. Not thread-safe. */
 int fp4_sm90_wgmma_set_k_unroll(int on);
 /* The launcher's size bounds, in rows per expert (args.rows_per_expert: m top-k / E rounded
  * up), here so that the tests that count which form ran use the same numbers. Plain (FC2)

@@ -40,7 +40,8 @@ typedef struct fp4_mma_gemm_args {
                                    NULL: padded row r reads a[r] when r < a_rows */
     const int32_t *row_dst;     /* plain: [n_tiles_m * 64] output row (-1: skip) or NULL:
                                    padded row r writes out[r] when r < out_rows */
-    const float *row_w;         /* plain: [n_tiles_m * 64] multiplier, or NULL (1) */
+    const float *row_w;         /* plain (and gated with fold): [n_tiles_m * 64] multiplier,
+                                   or NULL (1) */
     int out_rows;               /* identity-mapped output bound */
     const uint8_t *wq;          /* NVFP4 codes (src/gpu_pack.h) */
     const uint8_t *ws;          /* NVFP4 block scales, packed words (src/gpu_pack.h) */
@@ -52,6 +53,14 @@ typedef struct fp4_mma_gemm_args {
     int out_bf16;               /* plain: 1 writes bf16 (rounded to nearest even) */
     int rows_per_expert;        /* average token rows per expert of the launch, 0: unknown
                                    (a hint: sm90-wgmma picks its FC2 variant by it) */
+    int fold;                   /* sm90-wgmma only (fp4_mma_gemm refuses it): the plain
+                                   launch's per-row multiplier moved into the gated one.
+                                   Gated: output row r times row_w[r] x fold_gscale[expert] x
+                                   2^7 (NULL: 1) before its rounding to bf16. Plain: a's rows
+                                   carry it, so neither row_w nor gscale is applied (and the
+                                   kernel's 2^-7 not undone: see sm90_w4a16_wgmma.cuh) */
+    const float *fold_gscale;   /* gated with fold: the plain launch's per-expert [E] global
+                                   scale. NULL: 1 */
 } fp4_mma_gemm_args;
 
 /* One-time setup (dynamic shared-memory limits). Call before the first launch. */

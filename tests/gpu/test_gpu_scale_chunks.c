@@ -20,11 +20,14 @@
  * every body of the kernel (128, 96, 80 tokens as pairs of one expert's slots; 64, 48, 32, 24
  * and 16 alone), n = 128 (two column tiles), at 40 rows per expert (below WG_DEEP_ROWS) and
  * 100 (the DEEP kernel, whose bodies below 128 tokens take the chunks too), and at 100 a
- * third table of pairs with an expert's tail (144 and 160 tokens). Plain (FC2, bf16 out): the
- * res kernels' K loop unrolled at k = 384 (fp4_sm90_wgmma_set_k_unroll) against the run-time
- * loop, the same two tables at 20, 40, 48, 64 and 100 rows per expert (every res body, the
- * BIG kernel, the strips), n = 1664 (13 column tiles: CTAs of 12 + 1 and 4 + 4 + 4 + 1), and
- * n = 576 and k = 256, where the run-time loop must run both times.
+ * third table of pairs with an expert's tail (144 and 160 tokens), and with fold (args.fold:
+ * the rows times powers of two, so the output must be the run without fold's times them, bit
+ * for bit). Plain (FC2, bf16 out): with fold over the activations times 2^7 against the run
+ * without fold (which multiplies by 2^7 at the end), the res kernels' K loop unrolled at k =
+ * 384 (fp4_sm90_wgmma_set_k_unroll, fold only) against the run-time loop, the same two tables
+ * at 20, 40, 48, 64 and 100 rows per expert (every res body, the BIG kernel, the strips),
+ * n = 1664 (13 column tiles: CTAs of 12 + 1 and 4 + 4 + 4 + 1), and n = 576 and k = 256, where
+ * the run-time loop must run both times. fp4_mma_gemm must refuse fold.
  * Also the shallow weight ring (fp4_dec_set_shallow_ring) of the KS 8 cases, forced on (one
  * tile a warp: half the ring; two: 4 stages with a shorter lead): the same bytes as the deep
  * ring's; and every case with the unrolled K loops off (fp4_dec_set_ng), which K = 6144 and
@@ -34,6 +37,7 @@
  * tiny shapes take the chunks).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,21 +231,53 @@ static void run_case(const dec_case *c, uint64_t *seed)
     free(o1), free(o0);
 }
 
+/* bf16 bits times 2^e, exactly (normal values and zeros: the test's outputs) */
+static uint16_t bf16_times_pow2(uint16_t b, int e)
+{
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    f = ldexpf(f, e);
+    uint32_t r;
+    memcpy(&r, &f, 4);
+    return (uint16_t)(r >> 16);
+}
+
 /* sm90-wgmma, 8 slots of 64 padded rows (4 units of two slots), n output columns (gated: n
  * gate and n up rows). rows[s]: the rows in use of slot s (a prefix), expert[s] its expert
  * (-1: none); a unit's two slots hold one expert or the second none, as fp4_moe_group's align 2
- * makes them. Gated: scale chunks on, then off. Plain (bf16 out, FC2): the res kernels' K loop
- * unrolled (fp4_sm90_wgmma_set_k_unroll) on, then off; it must run exactly at k = 384, n % 128
- * == 0, where the res or BIG kernels serve (rows per expert up to FP4_WG_RES_ROWS or above
- * FP4_WG_STRIP_ROWS). Both runs' outputs must be equal bit for bit. */
+ * makes them. Gated: scale chunks on, then off; then on with fold (args.fold: each row times
+ * row_w x fold_gscale x 2^7, here a power of two per row: 2^-3 .. 2^4), whose output must be
+ * the first run's times that power bit for bit (rounding to bf16 commutes with it). Plain
+ * (bf16 out, FC2): first without fold (the K loop unrolled on: it must not run), then with
+ * fold over the activations times 2^7 (exact in bf16), so every sum is the first run's times
+ * 2^7 and must round to the same bf16 (the run without fold multiplies by 2^7 at the end, the
+ * one with fold by nothing). With fold, the res kernels' K loop unrolled
+ * (fp4_sm90_wgmma_set_k_unroll) on, then off; it must run exactly at k = 384, n % 128 == 0,
+ * where the res or BIG kernels serve (rows per expert up to FP4_WG_RES_ROWS or above
+ * FP4_WG_STRIP_ROWS). The three runs' outputs must be equal bit for bit. */
 static void run_wgmma_case(int gated, int k, int n, int rpe, const int *rows,
                            const int32_t *expert, const char *name, uint64_t *seed)
 {
     enum { SLOTS = 8 };
     const int wrows = gated ? 2 * n : n, prows = SLOTS * 64, a_rows = 200;
     const size_t out_elems = (size_t)prows * n;
-    uint16_t *o1 = malloc(out_elems * 2), *o0 = malloc(out_elems * 2);
+    uint16_t *o1 = malloc(out_elems * 2), *o0 = malloc(out_elems * 2), *of = malloc(out_elems * 2);
     gemm_inputs in = make_inputs(wrows, k, a_rows, seed);
+    /* plain with fold: the activations times 2^7 (every one a normal bf16: exponent + 7) */
+    uint16_t *d_a128 = NULL;
+    if (!gated) {
+        uint16_t *h = malloc((size_t)a_rows * k * 2);
+        CK(cudaMemcpy(h, in.a, (size_t)a_rows * k * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < (size_t)a_rows * k; i++) h[i] = (uint16_t)(h[i] + (7 << 7));
+        d_a128 = to_dev(h, (size_t)a_rows * k * 2);
+        free(h);
+    }
+    /* gated with fold: row r's multiplier row_w[r] x fold_gscale[e] x 2^7 = 2^(r % 5 + e - 3) */
+    float row_w[SLOTS * 64], fgs[N_EXPERTS];
+    for (int r = 0; r < SLOTS * 64; r++) row_w[r] = ldexpf(1.f, r % 5 - 9);
+    for (int e = 0; e < N_EXPERTS; e++) fgs[e] = ldexpf(1.f, e - 1);
+    float *d_row_w = to_dev(row_w, sizeof row_w), *d_fgs = to_dev(fgs, sizeof fgs);
     int32_t rsrc[SLOTS * 64];
     for (int r = 0; r < prows; r++)
         rsrc[r] = r % 64 < rows[r / 64] ? (int32_t)(check_next32(seed) % a_rows) : -1;
@@ -258,35 +294,60 @@ static void run_wgmma_case(int gated, int k, int n, int rpe, const int *rows,
     const int res = k <= FP4_WG_RES_K && (rpe <= FP4_WG_RES_ROWS || rpe > FP4_WG_STRIP_ROWS);
     const int want_nk = !gated && res && k == 384 && n % 128 == 0;
     const char *what = gated ? "scale chunks" : "the K loop unrolled";
-    uint16_t *out[2] = {o0, o1};
-    for (int on = 1; on >= 0; on--) {
+    /* run 2 (gated: chunks on, into o1; plain: no fold, into of), 1 (gated: chunks off, o0;
+     * plain: fold, unrolled on, o1), 0 (gated: chunks on, fold, of; plain: fold, unrolled
+     * off, o0) */
+    uint16_t *out[3] = {gated ? of : o0, gated ? o0 : o1, gated ? o1 : of};
+    for (int run = 2; run >= 0; run--) {
+        const int on = gated ? run != 1 : run != 0, fold = gated ? run == 0 : run < 2;
         if (gated) fp4_sm90_wgmma_set_scale_chunks(on);
         else fp4_sm90_wgmma_set_k_unroll(on);
+        p.fold = fold;
+        p.row_w = fold && gated ? d_row_w : NULL, p.fold_gscale = fold && gated ? d_fgs : NULL;
+        p.a = fold && !gated ? d_a128 : in.a;
         CK(cudaMemset(d_out, 0x7b, out_elems * 2)); /* bf16 0x7b7b: 1.3e36, never an output */
         CK(fp4_sm90_wgmma_gemm(&p, 0));
         /* the kernel that ran: chunks when on (gated); DEEP above FP4_WG_DEEP_ROWS rows per
-         * expert (gated); the unrolled K loop when on where it serves (plain) */
+         * expert (gated); the unrolled K loop when on with fold where it serves (plain) */
         const int ran = fp4_sm90_wgmma_last_launch();
-        const int sc = gated && on, deep = gated && rpe > FP4_WG_DEEP_ROWS, nk = want_nk && on;
+        const int sc = gated && on, deep = gated && rpe > FP4_WG_DEEP_ROWS,
+                  nk = want_nk && on && fold;
         CHECK(!!(ran & FP4_WG_RAN_SC) == sc && !!(ran & FP4_WG_RAN_DEEP) == deep &&
                   !!(ran & FP4_WG_RAN_NK) == nk,
-              "sm90-wgmma %s k %d n %d rpe %d, switch %d: ran scale chunks %d DEEP %d unrolled "
-              "K %d, expected %d %d %d", gated ? "gated" : "plain", k, n, rpe, on,
+              "sm90-wgmma %s k %d n %d rpe %d, switch %d fold %d: ran scale chunks %d DEEP %d "
+              "unrolled K %d, expected %d %d %d", gated ? "gated" : "plain", k, n, rpe, on, fold,
               !!(ran & FP4_WG_RAN_SC), !!(ran & FP4_WG_RAN_DEEP), !!(ran & FP4_WG_RAN_NK), sc,
               deep, nk);
         CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(out[on], d_out, out_elems * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(out[run], d_out, out_elems * 2, cudaMemcpyDeviceToHost));
     }
     fp4_sm90_wgmma_set_scale_chunks(1);
     fp4_sm90_wgmma_set_k_unroll(1);
+    /* fp4_mma_gemm (mma.sync) serves these arguments, but not with fold */
+    p.fold = 0, p.a = in.a, p.row_w = NULL, p.fold_gscale = NULL;
+    CHECK(fp4_mma_gemm(&p, 0) == cudaSuccess, "fp4_mma_gemm refused the sm90-wgmma case's args");
+    p.fold = 1;
+    CHECK(fp4_mma_gemm(&p, 0) == cudaErrorInvalidValue, "fp4_mma_gemm took args.fold");
+    CK(cudaDeviceSynchronize());
 
-    long long diff = 0, poison = 0, nonzero = 0, used = 0, first = -1;
+    /* o0 against o1; the fold run (of) against o1 (gated: times its row's power of two,
+     * except where o1 holds the poison: rows past a tile's token width and the empty slots'
+     * rows, which no run writes) */
+    long long diff = 0, fdiff = 0, poison = 0, nonzero = 0, used = 0, first = -1, ffirst = -1;
     for (int r = 0; r < prows; r++)
         for (int c = 0; c < n; c++) {
             const size_t i = (size_t)r * n + c;
             if (o1[i] != o0[i]) {
                 diff++;
                 if (first < 0) first = (long long)i;
+            }
+            const int e = expert[r / 64];
+            const uint16_t want = !gated || e < 0 || o1[i] == 0x7b7b
+                                      ? o1[i]
+                                      : bf16_times_pow2(o1[i], r % 5 + e - 3);
+            if (of[i] != want) {
+                fdiff++;
+                if (ffirst < 0) ffirst = (long long)i;
             }
             if (rsrc[r] < 0) continue;
             used++;
@@ -296,15 +357,18 @@ static void run_wgmma_case(int gated, int k, int n, int rpe, const int *rows,
     const char *kind = gated ? "gated" : "plain";
     CHECK(diff == 0, "sm90-wgmma %s k %d n %d rpe %d, %s: %lld values differ with %s off, first "
           "%lld", kind, k, n, rpe, name, diff, what, first);
+    CHECK(fdiff == 0, "sm90-wgmma %s k %d n %d rpe %d, %s: %lld values differ with fold, first "
+          "%lld", kind, k, n, rpe, name, fdiff, ffirst);
     CHECK(poison == 0, "sm90-wgmma %s k %d n %d rpe %d, %s: %lld of %lld values of rows in use "
           "unwritten", kind, k, n, rpe, name, poison, used);
     CHECK(nonzero > used / 2, "sm90-wgmma %s k %d n %d rpe %d, %s: only %lld of %lld values "
           "non-zero", kind, k, n, rpe, name, nonzero, used);
-    printf("sm90-wgmma %s k %d n %d rpe %d, %s: %lld values equal%s\n", kind, k, n, rpe, name,
-           (long long)out_elems, want_nk ? " (and with the K loop unrolled)" : "");
+    printf("sm90-wgmma %s k %d n %d rpe %d, %s: %lld values equal (and with fold)%s\n", kind, k,
+           n, rpe, name, (long long)out_elems, want_nk ? " (and with the K loop unrolled)" : "");
 
     free_inputs(&in), cudaFree(d_te), cudaFree(d_rsrc), cudaFree(d_out);
-    free(o1), free(o0);
+    cudaFree(d_a128), cudaFree(d_row_w), cudaFree(d_fgs);
+    free(o1), free(o0), free(of);
 }
 #endif
 
@@ -316,6 +380,7 @@ int main(void)
     }
 #ifdef FP4MOE_WITH_CUDA
     CK(fp4_dec_gemm_init());
+    CK(fp4_mma_gemm_init());
     uint64_t seed = 0x5eed5ca1e5ull;
     /* K = 8192: 16 groups a K slice at KS 8, so the one-tile (RT 1) kernel's 3 scale slots
      * are reused; K = 3072: 6 groups a slice at KS 8 (the I = 3072 FC2: per-group scale
