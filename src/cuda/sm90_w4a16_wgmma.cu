@@ -44,7 +44,7 @@
  * of one unit through one ring, the next tile's copies in flight across the previous tile's
  * end), stored straight from the accumulators (wg_store_cols, shared with wg_res). With
  * k <= WG_RES_K the token tile stays resident instead (wg_res) up to WG_RES_ROWS rows per
- * expert, and above WG_STRIP_ROWS (a pair of 128 tokens, 96 KB, in 114 KB CTAs).
+ * expert, and above WG_BIG_ROWS (a pair of 128 tokens, 96 KB, in 114 KB CTAs).
  * Every launch is a programmatic dependent of the kernel before it (device_util.cuh): a CTA
  * waits for it before its first read of the tables, then lets the next kernel launch.
  * Limits: NVFP4 weights only; k % 64 == 0, n % 64 == 0 (plain: a last half tile of 64
@@ -71,6 +71,7 @@
 #define WG_SMEM (WG_RING + WG_ROWTAB + 1024) /* + slack to align the base to 1 KB */
 #define WG_COLS 4                      /* plain strips: column tiles per CTA */
 #define WG_STRIP_ROWS FP4_WG_STRIP_ROWS /* plain strips up to this many rows per expert */
+#define WG_BIG_ROWS FP4_WG_BIG_ROWS    /* (k <= WG_RES_K: up to this many, BIG above) */
 #define WG_RES_K FP4_WG_RES_K          /* plain, k <= this and at most WG_RES_ROWS rows per */
 #define WG_RES_ROWS FP4_WG_RES_ROWS    /* expert: token tile resident (wg_res), */
 #define WG_RES_COLS 4                  /* 4 column tiles of 128 per CTA, */
@@ -79,7 +80,7 @@
 #define WG_RES_SMALL FP4_WG_RES_SMALL  /* up to this many rows per expert: the kernel with
                                           16- and 24-token bodies too */
 #define WG_RING128 113664              /* the res kernel's BIG form (k <= WG_RES_K, above
-                                          WG_STRIP_ROWS rows per expert): a pair's 128 tokens
+                                          WG_BIG_ROWS rows per expert): a pair's 128 tokens
                                           resident (96 KB), 3 weight stages, its row table */
 #define WG_SMEM128 (WG_RING128 + 1024) /* two CTAs per SM: 2 x (114688 + 1024 reserved) of
                                           the SM's 233472 bytes */
@@ -1044,7 +1045,8 @@ static __device__ __forceinline__ wg_cta wg_cta_of(unsigned char *smem_raw, int 
  * their group as one strip (wg_tile), for up to WG_STRIP_ROWS rows per expert (H200 A/B of
  * 2026-11-30: -4.2 to -4.6% on the layer at 64 rows per expert, -0.5% at 96, but +0.9 to +1.8%
  * at 128-256, where the units are 128-token pairs, so a kernel of its own; the launcher's
- * bound against the BIG form moved to 84 with the tiled codes). */
+ * bound against the BIG form moved to 84 with the tiled codes, and to WG_BIG_ROWS with BIG's
+ * unrolled K loop). */
 template <bool GATED, bool STRIPS, bool DEEP = false, bool SC = false, bool FOLD = false>
 __global__ void __launch_bounds__(WG_THREADS, 2)
 fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int cols)
@@ -1093,7 +1095,7 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
 }
 
 /* Plain launches with k <= WG_RES_K and rows_per_expert <= WG_RES_ROWS, or (BIG) above
- * WG_STRIP_ROWS. Grid: units x groups of cols column tiles (the launcher's WG_RES_COLS,
+ * WG_BIG_ROWS. Grid: units x groups of cols column tiles (the launcher's WG_RES_COLS,
  * WG_RES_FEW_COLS or WG_COLS), group fastest. Every slot runs its group as one wg_res unit
  * (token tile resident); a pair as two (its weights dequantized twice) or, BIG, as one unit of
  * 128 tokens (96 KB resident, WG_SMEM128: the rows of a pair are copied once per column group
@@ -1213,20 +1215,29 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     long long ny = p->gated ? p->n / 64 : (p->n + WG_BW - 1) / WG_BW;
     /* token tile resident (wg_res) */
     const int res_any = !p->gated && p->k <= WG_RES_K && p->rows_per_expert > 0;
-    /* column groups of slots: up to 48 rows per expert (most experts one slot; above,
-     * wg_res's pairs dequantize their weights twice: +4% at 64 rows per expert, the A/B of
-     * 2026-11-29, against -2% at 48, -4% at 32 and -7% at 4-16; with the codes in 8-row
-     * tiles, 2026-12-01: up to 64 +8.7 / +7.7% at 64, up to 32 +4.6 / +3.9% at 40 / 48) */
+    /* column groups of slots: up to WG_RES_ROWS rows per expert (most experts one slot;
+     * above, wg_res's pairs dequantize their weights twice: +4% at 64 rows per expert, the
+     * A/B of 2026-11-29, against -2% at 48, -4% at 32 and -7% at 4-16; with the codes in 8-row
+     * tiles, 2026-12-01: up to 64 +8.7 / +7.7% at 64, up to 32 +4.6 / +3.9% at 40 / 48; with
+     * the unrolled K loop and fold, 2026-12-02: against the strips, up to 56 -3.1 / -2.8% at
+     * 52 / 56, top-4 -1.4% at 56; but against BIG, up to 56 +0.2 / -0.2 / +2.1 / +1.4% at 50
+     * / 52 / 54 / 56, top-4 -0.6 / +1.6% at 52 / 56) */
     const int res = res_any && p->rows_per_expert <= WG_RES_ROWS;
-    /* above, up to WG_STRIP_ROWS: column strips (fp4_sm90_wgmma_kernel's STRIPS) */
-    const int strips = !p->gated && !res && p->rows_per_expert > 0 &&
+    /* above WG_BIG_ROWS (k <= WG_RES_K): the res kernel's BIG form, pairs as 128-token units
+     * (H200, layer, against the one-tile kernel: -5.0 to -6.8% at 128-1024 rows per expert;
+     * 2026-11-30). The bound, against strips: with the codes in 8-row tiles (2026-12-01) BIG
+     * +0.6% at 84 rows per expert, -0.7 / -1.0% at 88 (top-8 / top-4), -3.5% at 92, -4.6 /
+     * -4.7% at 96, strips -2.6% at 80; with BIG's K loop unrolled and fold (2026-12-02), BIG
+     * above 64 against above 84: -1.8 / -1.6 / -1.7 / -2.3 / -3.9% at 68 / 72 / 76 / 80 / 84,
+     * top-4 -1.1 / -2.0% at 72 / 80; above 56 against above 64 (strips at 57-64): -3.4 / -2.8
+     * / -2.6 / -2.3% at 58 / 60 / 62 / 64, top-4 -2.9 / -2.5 / -1.8% at 58 / 60 / 64, where
+     * res up to 64 lost +2.0 / +3.6 / +5.0% at 60 / 62 / 64. So at k <= WG_RES_K no strips:
+     * BIG right above res (WG_BIG_ROWS == WG_RES_ROWS). */
+    const int big = res_any && p->rows_per_expert > WG_BIG_ROWS;
+    /* between (and with longer k up to WG_STRIP_ROWS): column strips (fp4_sm90_wgmma_kernel's
+     * STRIPS) */
+    const int strips = !p->gated && !res && !big && p->rows_per_expert > 0 &&
                        p->rows_per_expert <= WG_STRIP_ROWS;
-    /* above WG_STRIP_ROWS: the res kernel's BIG form, pairs as 128-token units (H200, layer,
-     * against the one-tile kernel: -5.0 to -6.8% at 128-1024 rows per expert; 2026-11-30).
-     * The bound, against strips (codes in 8-row tiles, 2026-12-01): BIG +0.6% at 84 rows per
-     * expert, -0.7 / -1.0% at 88 (top-8 / top-4), -3.5% at 92, -4.6 / -4.7% at 96; strips
-     * -2.6% at 80, -7.2% at 128. */
-    const int big = res_any && p->rows_per_expert > WG_STRIP_ROWS;
     /* column tiles per CTA (the kernels' cols): the res kernel 12 up to 40 rows per expert, 4
      * above (H200, layer, against 4 everywhere: 12 -1.1 to -1.9% at 14-20 rows per expert,
      * -0.6 / -0.7% at 32, +0.4% at 48; 8 about half of that; 2026-11-30. The bound 40 against

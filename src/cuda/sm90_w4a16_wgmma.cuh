@@ -48,12 +48,14 @@ int fp4_sm90_wgmma_set_k_unroll(int on);
 /* The launcher's size bounds, in rows per expert (args.rows_per_expert: m top-k / E rounded
  * up), here so that the tests that count which form ran use the same numbers. Plain (FC2)
  * with k <= FP4_WG_RES_K: the token tile resident (wg_res) up to FP4_WG_RES_ROWS, with its
- * 16- and 24-token bodies up to FP4_WG_RES_SMALL; column strips up to FP4_WG_STRIP_ROWS (any
- * k); above it, the resident kernel's BIG form (k <= FP4_WG_RES_K) or the one-tile kernel.
- * Gated (FC1): the DEEP form above FP4_WG_DEEP_ROWS where k % 256 == 0. */
+ * 16- and 24-token bodies up to FP4_WG_RES_SMALL; the resident kernel's BIG form above
+ * FP4_WG_BIG_ROWS; column strips between, if any. Plain with longer k: column strips up to
+ * FP4_WG_STRIP_ROWS, the one-tile kernel above. Gated (FC1): the DEEP form above
+ * FP4_WG_DEEP_ROWS where k % 256 == 0. */
 #define FP4_WG_RES_K 384
 #define FP4_WG_RES_ROWS 48
 #define FP4_WG_RES_SMALL 24
+#define FP4_WG_BIG_ROWS 48
 #define FP4_WG_STRIP_ROWS 84
 #define FP4_WG_DEEP_ROWS 88
 /* What the last fp4_sm90_wgmma_gemm call launched (0 when it refused its arguments): the gated

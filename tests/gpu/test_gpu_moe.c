@@ -321,7 +321,7 @@ static void wg_count(const int32_t *ids, int m, int k, int n_experts, int inter,
     const long long per_expert = ((long long)m * k + n_experts - 1) / n_experts;
     const int fc2_res = inter <= FP4_WG_RES_K && per_expert <= FP4_WG_RES_ROWS;
     const int fc2_small = per_expert <= FP4_WG_RES_SMALL;
-    const int fc2_big = inter <= FP4_WG_RES_K && per_expert > FP4_WG_STRIP_ROWS;
+    const int fc2_big = inter <= FP4_WG_RES_K && per_expert > FP4_WG_BIG_ROWS;
     const int fc1_deep = per_expert > FP4_WG_DEEP_ROWS && h % 256 == 0;
     for (int e = 0; e < n_experts; e++)
         for (int r = 0, fc1_done = 0; r < cnt[e]; r += 128) {

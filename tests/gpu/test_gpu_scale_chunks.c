@@ -25,9 +25,10 @@
  * for bit). Plain (FC2, bf16 out): with fold over the activations times 2^7 against the run
  * without fold (which multiplies by 2^7 at the end), the res kernels' K loop unrolled at k =
  * 384 (fp4_sm90_wgmma_set_k_unroll, fold only) against the run-time loop, the same two tables
- * at 20, 40, 48, 64 and 100 rows per expert (every res body, the BIG kernel, the strips),
- * n = 1664 (13 column tiles: CTAs of 12 + 1 and 4 + 4 + 4 + 1), and n = 576 and k = 256, where
- * the run-time loop must run both times. fp4_mma_gemm must refuse fold.
+ * at 20, 40, 48, 64 and 100 rows per expert (every res body, the BIG kernel), n = 1664 (13
+ * column tiles: CTAs of 12 + 1 and 4 + 4 + 4 + 1), and n = 576 and k = 256, where the run-time
+ * loop must run both times; k = 448 runs the strips and the one-tile kernel. fp4_mma_gemm
+ * must refuse fold.
  * Also the shallow weight ring (fp4_dec_set_shallow_ring) of the KS 8 cases, forced on (one
  * tile a warp: half the ring; two: 4 stages with a shorter lead): the same bytes as the deep
  * ring's; and every case with the unrolled K loops off (fp4_dec_set_ng), which K = 6144 and
@@ -255,7 +256,7 @@ static uint16_t bf16_times_pow2(uint16_t b, int e)
  * one with fold by nothing). With fold, the res kernels' K loop unrolled
  * (fp4_sm90_wgmma_set_k_unroll) on, then off; it must run exactly at k = 384, n % 128 == 0,
  * where the res or BIG kernels serve (rows per expert up to FP4_WG_RES_ROWS or above
- * FP4_WG_STRIP_ROWS). The three runs' outputs must be equal bit for bit. */
+ * FP4_WG_BIG_ROWS). The three runs' outputs must be equal bit for bit. */
 static void run_wgmma_case(int gated, int k, int n, int rpe, const int *rows,
                            const int32_t *expert, const char *name, uint64_t *seed)
 {
@@ -291,7 +292,7 @@ static void run_wgmma_case(int gated, int k, int n, int rpe, const int *rows,
     p.a = in.a, p.a_rows = a_rows, p.tile_expert = d_te, p.row_src = d_rsrc, p.out_rows = prows;
     p.wq = in.wq, p.ws = in.ws, p.out = d_out, p.rows_per_expert = rpe; /* DEEP above the bound */
     p.out_bf16 = !gated; /* plain: every padded row r < out_rows written (row_dst NULL) */
-    const int res = k <= FP4_WG_RES_K && (rpe <= FP4_WG_RES_ROWS || rpe > FP4_WG_STRIP_ROWS);
+    const int res = k <= FP4_WG_RES_K && (rpe <= FP4_WG_RES_ROWS || rpe > FP4_WG_BIG_ROWS);
     const int want_nk = !gated && res && k == 384 && n % 128 == 0;
     const char *what = gated ? "scale chunks" : "the K loop unrolled";
     /* run 2 (gated: chunks on, into o1; plain: no fold, into of), 1 (gated: chunks off, o0;
@@ -438,17 +439,19 @@ int main(void)
                                    &seed);
             }
         /* plain (FC2): the res kernels at 20 rows per expert (with the 16 / 24 bodies, 12
-         * column tiles a CTA), 40 (12) and 48 (4), the BIG kernel at 100 (4; pairs as 128
-         * tokens), the strips at 64 (never unrolled). n = 1664: 13 column tiles, so groups
-         * of 12 + 1 and 4 + 4 + 4 + 1 (the ring's last steps in a CTA of one column tile);
-         * n = 576 (a half tile) and k = 256 keep the run-time loop. */
-        _Static_assert(20 <= FP4_WG_RES_SMALL && 40 < FP4_WG_RES_ROWS &&
-                           FP4_WG_RES_ROWS == 48 && 64 <= FP4_WG_STRIP_ROWS &&
-                           FP4_WG_STRIP_ROWS < 100 && FP4_WG_RES_K == 384,
+         * column tiles a CTA), 40 (12) and 48 (4), the BIG kernel at 64 and 100 (4; pairs as
+         * 128 tokens). n = 1664: 13 column tiles, so groups of 12 + 1 and 4 + 4 + 4 + 1 (the
+         * ring's last steps in a CTA of one column tile); n = 576 (a half tile) and k = 256
+         * keep the run-time loop. k = 448 (past FP4_WG_RES_K): the strips (with fold, a
+         * kernel of their own) up to 64, the one-tile kernel at 100 (never unrolled). */
+        _Static_assert(20 <= FP4_WG_RES_SMALL && 48 <= FP4_WG_RES_ROWS &&
+                           FP4_WG_RES_ROWS <= FP4_WG_BIG_ROWS && FP4_WG_BIG_ROWS < 64 &&
+                           64 <= FP4_WG_STRIP_ROWS && FP4_WG_STRIP_ROWS < 100 &&
+                           FP4_WG_RES_K == 384,
                        "the plain cases' rows per expert must sit in each form's range");
         static const int prpe[] = {20, 40, 48, 64, 100};
-        static const int pk[][2] = {{384, 1664}, {384, 576}, {256, 1664}};
-        for (int i = 0; i < 3 && err == cudaSuccess; i++)
+        static const int pk[][2] = {{384, 1664}, {384, 576}, {256, 1664}, {448, 1664}};
+        for (int i = 0; i < 4 && err == cudaSuccess; i++)
             for (int j = 0; j < 5; j++) {
                 run_wgmma_case(0, pk[i][0], pk[i][1], prpe[j], rows_a, exp_a,
                                "128 / 96 / 80 / 16 tokens", &seed);
