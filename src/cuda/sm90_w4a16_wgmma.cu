@@ -329,10 +329,17 @@ static __device__ __forceinline__ void wg_store_cols(const float *acc,
     }
 }
 
+/* FC2's per-token multiplier: routing weight x global scale x 128 (undoes the 2^-7 of the
+ * dequantization); NULLs: 1. Applied by the plain launch, or with fold by the gated one. */
+static __device__ __forceinline__ float wg_row_mul(const float *row_w, const float *gscale,
+                                                   int prow, int expert)
+{
+    return (row_w ? row_w[prow] : 1.f) * 128.f * (gscale ? gscale[expert] : 1.f);
+}
+
 /* Plain: the per-token table of wg_store_cols for token rows prow0 .. prow0 + NT, osz bytes
  * per output value (threads < NT write one entry each; read after the next barrier). The
- * multiplier: routing weight x global scale x 128 (undoes the 2^-7 of the dequantization);
- * with fold 1 (a's rows carry it: wg_fold_table). */
+ * multiplier: wg_row_mul, or with fold 1 (a's rows carry it: wg_fold_table). */
 template <int NT>
 static __device__ __forceinline__ void wg_row_table(const fp4_mma_gemm_args &p, int expert,
                                                     int prow0, unsigned long long *srow,
@@ -342,25 +349,20 @@ static __device__ __forceinline__ void wg_row_table(const fp4_mma_gemm_args &p, 
     if (tid < NT) {
         const int prow = prow0 + tid, dst = wg_out_row(p, prow);
         srow[tid] = dst >= 0 ? (unsigned long long)((char *)p.out + (size_t)dst * p.n * osz) : 0ull;
-        swt[tid] = p.fold ? 1.f
-                          : (p.row_w ? p.row_w[prow] : 1.f) * 128.f *
-                                (p.gscale ? p.gscale[expert] : 1.f);
+        swt[tid] = p.fold ? 1.f : wg_row_mul(p.row_w, p.gscale, prow, expert);
     }
 }
 
 /* Gated: the multiplier of token rows prow0 .. prow0 + NT for the epilogue, past the ring
- * (threads < NT; read after the loop's barriers). With fold the plain launch's (routing weight
- * x its global scale x 128, as wg_row_table without fold), else 1: the product is exact and
- * the output the same bit for bit. */
+ * (threads < NT; read after the loop's barriers). With fold the plain launch's (wg_row_mul of
+ * fold_gscale), else 1: the product is exact and the output the same bit for bit. */
 template <int NT>
 static __device__ __forceinline__ void wg_fold_table(const fp4_mma_gemm_args &p, int expert,
                                                      int prow0, float *smul)
 {
     const int tid = threadIdx.x;
     if (tid < NT)
-        smul[tid] = !p.fold ? 1.f
-                            : (p.row_w ? p.row_w[prow0 + tid] : 1.f) * 128.f *
-                                  (p.fold_gscale ? p.fold_gscale[expert] : 1.f);
+        smul[tid] = p.fold ? wg_row_mul(p.row_w, p.fold_gscale, prow0 + tid, expert) : 1.f;
 }
 
 /* One work unit: NT tokens (padded rows slot0*64 ..) of one expert x nct column tiles of
