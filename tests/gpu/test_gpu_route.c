@@ -1,33 +1,34 @@
 /*
- * test_gpu_route.c - the two GPU routers on inputs whose logits are exact, so that the
- * expected top-k is known bit for bit: the decode router with its grouping
- * (fp4_dec_route_prep: logits kernel + one top-k / grouping block) and the tensor-core router
- * (fp4_moe_route, with either logits kernel: mma.sync, or wgmma on sm_90 from some M on).
- * Router row e is c_e u / 256 and token t's x is a_t u (u a fixed +-1 vector of H = 256 or 288
- * entries), so every logit is c_e a_t H / 256 exactly in fp32 on either path and any K split. c_e and the bias depend
- * on e mod 16 only, so exact ties are everywhere, between lanes and inside one (e, e + 32),
- * and must go to the lower id; a bias of -0.625 makes scores negative. Also: one expert's row
- * holds a NaN (never chosen); one token's x holds a NaN (every score NaN: expert 0, k times);
- * NaN biases on all but four experts, one of them -inf (chosen last; the missing choices take
+ * test_gpu_route.c - the two GPU routers on inputs whose logits are exact, so that the expected
+ * top-k is known bit for bit: the decode router with its grouping (fp4_dec_route_prep: logits
+ * kernel + one top-k / grouping block) and the tensor-core router (fp4_moe_route, with either
+ * logits kernel: mma.sync, or wgmma on sm_90 from some M on). Router row e is c_e u / 256 and
+ * token t's x is a_t u (u a fixed +-1 vector of H = 256, 288 or 2048 entries), so every logit
+ * is c_e a_t H / 256 exactly in fp32 on either path and any K split. c_e and the bias depend on
+ * e mod 16 only, so exact ties are everywhere, between lanes and inside one (e, e + 32), and
+ * must go to the lower id; a bias of -0.625 makes scores negative. Also: one expert's row holds
+ * a NaN (never chosen); one token's x holds a NaN (every score NaN: expert 0, k times); NaN
+ * biases on all but four experts, one of them -inf (chosen last; the missing choices take
  * expert 0 again, with a finite weight); E = 100 (lanes past E); k = 40 (> 32); softmax;
- * scaling with and without renormalization; 1100-1500 tokens (the decode router stops at
- * FP4_DEC_ROUTE_MAX_M), where on sm_90 the wgmma logits kernel serves at H = 256 (token
- * tiles of 256 with a tail, 100, 128 and 256 experts) and the mma.sync one at H = 288 (not a
- * multiple of 64); on an sm_90 device at least one case must have run each. The reference ranks in double (the ties are
- * exact there as well). The decode router's slot table and rows are checked against a
- * grouping rebuilt from the expected ids: experts in id order, each in ceil(pairs / 8) slots
- * of 8 rows, its rows exactly its pairs (source token, pair index, the pair's weight bit for
- * bit), in token order where no id repeats, padded rows empty; and its paired x element by
- * element against the pairing done here (run_case's x has two values a row; run_paired_x
- * gives every element its own bits, at 1-3 tokens and H 256-6144). Outputs are poisoned with
- * non-NaN values first, so an unwritten entry cannot pass as a NaN. One token has its own
- * path in the decode router (slots by rank of the chosen ids): ties, NaN scores and biases
- * (exactly k numbers; fewer: the fallback to the general grouping), softmax with k 40 (> 32:
- * the general path), 100 and 256 experts; and the same random token alone and twice must
- * get the same ids and weights bit for bit (run_one_token_bits). Up to 8 tokens the slots
- * come from a bitmap of the chosen experts (2, 3-7 and 8 tokens, k 40 among them; 9 tokens
- * take the scan). The routers' sigmoid is compared with
- * the IEEE formula for every float, and route_select_warp with the rule done the plain way
+ * scaling with and without renormalization; 600-1500 tokens (the decode router stops at
+ * FP4_DEC_ROUTE_MAX_M), where on sm_90 the wgmma logits kernel serves at H = 256 (token tiles
+ * of 256 with a tail, 100, 128 and 256 experts; K split in 4) and at H = 2048 (K split in 32:
+ * 600 tokens with 100 experts and 1024 tokens, 32 partials a token for the top-k kernel) and
+ * the mma.sync one at H = 288 (not a multiple of 64); on an sm_90 device at least one case must
+ * have run each. The reference ranks in double (the ties are exact there as well). The decode
+ * router's slot table and rows are checked against a grouping rebuilt from the expected ids:
+ * experts in id order, each in ceil(pairs / 8) slots of 8 rows, its rows exactly its pairs
+ * (source token, pair index, the pair's weight bit for bit), in token order where no id
+ * repeats, padded rows empty; and its paired x element by element against the pairing done here
+ * (run_case's x has two values a row; run_paired_x gives every element its own bits, at 1-3
+ * tokens and H 256-6144). Outputs are poisoned with non-NaN values first, so an unwritten entry
+ * cannot pass as a NaN. One token has its own path in the decode router (slots by rank of the
+ * chosen ids): ties, NaN scores and biases (exactly k numbers; fewer: the fallback to the
+ * general grouping), softmax with k 40 (> 32: the general path), 100 and 256 experts; and the
+ * same random token alone and twice must get the same ids and weights bit for bit
+ * (run_one_token_bits). Up to 8 tokens the slots come from a bitmap of the chosen experts (2,
+ * 3-7 and 8 tokens, k 40 among them; 9 tokens take the scan). The routers' sigmoid is compared
+ * with the IEEE formula for every float, and route_select_warp with the rule done the plain way
  * by one thread on 6000 cases of coarse logits (ties everywhere), NaN logits and biases, k
  * 1-40, E 100-256, both scorings: ids and weights bit for bit (test_gpu_route_dev.cu).
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
@@ -51,7 +52,7 @@
 long long route_sigmoid_mismatches(unsigned *first_bad); /* test_gpu_route_dev.cu */
 long long route_select_mismatches(int n_cases, unsigned *first_bad);
 
-#define MAX_H 288
+#define MAX_H 2048
 #define W_TOL 1e-5 /* routing weights: fp32 expf on the GPU against double */
 
 static int near_ties; /* distinct reference scores closer than 1e-5 (the inputs' fault) */
@@ -63,7 +64,7 @@ typedef struct route_case {
     int nan_expert; /* its router row holds a NaN, or -1 */
     int nan_token;  /* its x holds a NaN, or -1 */
     int nan_bias;   /* 1: bias NaN except experts 0, 1, 2 and 5 (-inf) */
-    int h;          /* hidden size: 256, or 288 (not a multiple of 64) */
+    int h;          /* hidden size: 256, 2048, or 288 (not a multiple of 64) */
 } route_case;
 
 static int ran_wgmma, ran_mma; /* cases whose tensor-core router ran each logits kernel */
@@ -530,6 +531,8 @@ int main(void)
         {"1100 tokens, 256 experts, softmax", 1100, 256, 8, 1, 1, 1.0f, -1, -1, 0, 256},
         {"1300 tokens, 100 experts, NaN biases", 1300, 100, 6, 0, 1, 2.5f, -1, -1, 1, 256},
         {"1500 tokens, H 288", 1500, 128, 8, 0, 1, 2.5f, -1, 3, 0, 288},
+        {"1024 tokens, H 2048, NaN token", 1024, 128, 8, 0, 1, 2.5f, -1, 700, 0, 2048},
+        {"600 tokens, H 2048, 100 experts", 600, 100, 8, 0, 1, 2.5f, 30, -1, 0, 2048},
     };
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
