@@ -756,17 +756,23 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
 
     wg_row_table<NT>(p, expert, prow0, srow, swt, OSZ);
     /* The next copy: K tile l_kt of column tile l_ct; W: row tid >> 1 of the column tile, half
-     * tid & 1; S: row tid (threads < 128); rows past n: row 0 and no bytes. Up to 64 tokens the
+     * tid & 1; S: row s_row = 16 w + lane of warp w's lanes 0-15 (s_copy); rows past n: row 0
+     * and no bytes. So each warp copies exactly the rows it dequantizes (rg, rg + 8: W from
+     * threads 32 w .. 32 w + 31, S from its lanes 0-15) and the ring needs no CTA barrier:
+     * a warp waits for its own copies and syncs its lanes (head). Up to 64 tokens the
      * sources are pointers that advance by one K tile per copy (aim() points them at K tile 0
      * of a column tile). In the 128-token body they are computed from the two counters at each
      * copy: kept from copy to copy they spilled (5 local loads per step, on the path from the
      * barrier to the copies). TIGHT: that body, 64 accumulators and 32 A registers of 128. */
     constexpr bool TIGHT = NT > 64;
+    const int s_row = 16 * (tid >> 5) + (lane & 15);
+    const bool s_copy = lane < 16;
     int l_kt = 0, l_ct = ctile0;
     const uint8_t *w_src = 0, *s_src = 0;
     int w_bytes = 0, s_bytes = 0;
     auto aim = [&](int ct) {
-        const int wr = ct * WG_BW + wg_plain_col(tid >> 1), sr = ct * WG_BW + wg_plain_col(tid);
+        const int wr = ct * WG_BW + wg_plain_col(tid >> 1),
+                  sr = ct * WG_BW + wg_plain_col(s_row);
         w_bytes = wr < n ? 16 : 0;
         s_bytes = sr < n ? 4 : 0;
         w_src = p.wq + fp4_wq_row((size_t)expert * n + (wr < n ? wr : 0), k) + (tid & 1) * 16;
@@ -782,30 +788,30 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
     if constexpr (NK > 0) {
         const size_t r0 = (size_t)expert * n + (size_t)ctile0 * WG_BW;
         cw = p.wq + fp4_wq_row(r0 + wg_plain_col(tid >> 1), k) + (tid & 1) * 16;
-        cs = p.ws + (r0 + wg_plain_col(tid & (WG_BW - 1))) * (k / 16);
+        cs = p.ws + (r0 + wg_plain_col(s_row)) * (k / 16);
     }
     auto load_at = [&](uint32_t off, int d, int kc) __attribute__((always_inline)) {
         cp_async16(rbase + off + tid * 16, cw + d * CTW + kc * FP4_WQ_TILE, 16);
-        if (tid < WG_BW)
-            cp_async4(rbase + off + WG_W_BYTES + tid * 4, cs + d * CTS + kc * (WG_BK / 16), 4);
+        if (s_copy)
+            cp_async4(rbase + off + WG_W_BYTES + s_row * 4, cs + d * CTS + kc * (WG_BK / 16), 4);
     };
     auto load_next = [&](uint32_t off) { /* the next step's weights into the stage at off */
         if constexpr (TIGHT) {
             const int wr = l_ct * WG_BW + wg_plain_col(tid >> 1),
-                      sr = l_ct * WG_BW + wg_plain_col(tid);
+                      sr = l_ct * WG_BW + wg_plain_col(s_row);
             const size_t e_row = (size_t)expert * n;
             cp_async16(rbase + off + tid * 16,
                        p.wq + fp4_wq_row(e_row + (wr < n ? wr : 0), k) + l_kt * FP4_WQ_TILE +
                            (tid & 1) * 16,
                        wr < n ? 16 : 0);
-            if (tid < WG_BW)
-                cp_async4(rbase + off + WG_W_BYTES + tid * 4,
+            if (s_copy)
+                cp_async4(rbase + off + WG_W_BYTES + s_row * 4,
                           p.ws + (e_row + (sr < n ? sr : 0)) * (k / 16) + l_kt * (WG_BK / 16),
                           sr < n ? 4 : 0);
             if (++l_kt == nk) l_kt = 0, l_ct++;
         } else {
             cp_async16(rbase + off + tid * 16, w_src, w_bytes);
-            if (tid < WG_BW) cp_async4(rbase + off + WG_W_BYTES + tid * 4, s_src, s_bytes);
+            if (s_copy) cp_async4(rbase + off + WG_W_BYTES + s_row * 4, s_src, s_bytes);
             if (++l_kt == nk) l_kt = 0, aim(++l_ct);
             else w_src += FP4_WQ_TILE, s_src += WG_BK / 16;
         }
@@ -865,12 +871,14 @@ static __device__ __forceinline__ void wg_res(const fp4_mma_gemm_args &p, unsign
         } else {
             wgmma_wait<1>();
         }
-        /* The ring holds W and S only, read by ld.shared (generic proxy): no proxy fence. Its
-         * stages are free once their codes are in registers: after this barrier, the stage of
-         * step s (read at step s - 1) takes the copies of step s + NST, so a copy has two steps
-         * to land with 3 stages (the 128-token body), not one. */
+        /* The ring holds W and S only, read by ld.shared (generic proxy): no proxy fence. A
+         * warp reads only what its own lanes copied (load_next), so its lanes' own waits and a
+         * warp barrier publish step s + 1 to it, and the stage of step s (read by this warp at
+         * step s - 1) is free for the copies of step s + NST after that barrier: a copy has
+         * two steps to land with 3 stages (the 128-token body), not one. No CTA barrier: the
+         * warpgroups run apart between a unit's start and end. */
         cp_async_wait<NST - 2>(); /* committed: up to step s + NST - 1; wanted: s + 1 */
-        __syncthreads();
+        __syncwarp();
     };
     auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], bool tail) {
         const int kt = c_kt;
