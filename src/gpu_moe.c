@@ -162,6 +162,7 @@ struct fp4_gpu_moe {
 typedef struct gpu_ws {
     int n_slots, tile_t, slot_align;
     size_t ids, w, tile_expert, row_src, row_dst, row_w, a, pairs, sh_a, xp, logits, total;
+    size_t unit_done; /* sm90-wgmma: FC1 -> FC2 hand-off counters (0 bytes otherwise) */
     size_t logits_bytes; /* also the route / group scratch */
 } gpu_ws;
 
@@ -249,6 +250,7 @@ static gpu_ws ws_layout(const fp4_gpu_moe *g, int m, fp4_gpu_kernel kernel)
     TAKE(pairs, pairs * g->hidden * 2); /* bf16, FC2's per-pair rows */
     TAKE(sh_a, g->has_shared ? (size_t)m * g->shared_inter * 2 : 0);
     TAKE(xp, dec ? (size_t)m * g->hidden * 2 : 0);
+    TAKE(unit_done, kernel == FP4_GPU_K_SM90_WGMMA ? fp4_moe_group_done_bytes(l.n_slots) : 0);
     /* logits: the decode router's [M, E], else route / group scratch (used one after the
      * other, so they share it) */
     size_t rs = fp4_moe_route_scratch_bytes(m, g->n_experts);
@@ -728,8 +730,10 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
                         a->scoring == FP4_SCORE_SOFTMAX, a->norm_topk, a->routed_scaling,
                         ws + l.logits, l.logits_bytes, ids, wts, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "route launch");
+    int wg = kernel == FP4_GPU_K_SM90_WGMMA;
+    int32_t *unit_done = wg ? (int32_t *)(ws + l.unit_done) : NULL;
     err = fp4_moe_group(ids, wts, m, k, E, FP4_MMA_TILE_M, l.slot_align, l.n_slots, ws + l.logits,
-                        l.logits_bytes, tile_expert, row_src, row_dst, row_w, s);
+                        l.logits_bytes, tile_expert, row_src, row_dst, row_w, unit_done, s);
     if (err != cudaSuccess) return cuda_fail(e, err, "group launch");
     if (prologue_only) return FP4MOE_OK;
 
@@ -743,7 +747,6 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
     p.a = x_bf16, p.a_rows = m, p.tile_expert = tile_expert, p.row_src = row_src;
     p.out_rows = l.n_slots * FP4_MMA_TILE_M;
     p.wq = g->w13, p.ws = g->s13, p.gscale = g->g13, p.out = abuf;
-    int wg = kernel == FP4_GPU_K_SM90_WGMMA;
     if (wg && !fp4_sm90_wgmma_gemm_serves(&p))
         return fp4_fail(e, FP4MOE_ERR_NOT_SUPPORTED,
                         "GPU MoE kernel 'sm90-wgmma' cannot run here (H=%d, I=%d): it needs an "
@@ -752,6 +755,9 @@ static fp4moe_status forward_impl(fp4_gpu_moe *g, fp4_gpu_kernel kernel, const v
      * so that FC2's stores multiply nothing. H200, tp8 shapes, layer: bench/NOTES.md
      * forty-third session. */
     p.fold = wg, p.row_w = row_w, p.fold_gscale = g->g2;
+    /* sm90-wgmma: FC2's units start as soon as FC1's units that wrote their rows are done
+     * (the hand-off, sm90_w4a16_wgmma.cuh), in the SM slots that FC1's last wave leaves */
+    p.handoff = unit_done;
     if ((err = wg ? fp4_sm90_wgmma_gemm(&p, s) : fp4_mma_gemm(&p, s)) != cudaSuccess)
         return cuda_fail(e, err, "FC1 launch");
     /* FC2: a [padded, I] -> per-pair rows of [M k, H] in bf16 (half the bytes written and read

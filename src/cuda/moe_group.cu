@@ -17,6 +17,7 @@
  *            e (a multiple of align slots each), writes the tile table and the padding rows;
  *   and scatter: block b ranks its pairs per expert in pair order (per-warp counts, a prefix
  *            over the 8 warps, then __match_any_sync per 32 pairs) and writes its rows.
+ * The unit counters (unit_done, sm90-wgmma's FC1 -> FC2 hand-off) are zeroed with the tables.
  * Inside an expert's segment rows are in ascending pair index p = t*k + slot.
  * Every kernel is a programmatic dependent launch (device_util.cuh): it waits for the kernel
  * before it, then lets the next one launch.
@@ -96,16 +97,19 @@ static __device__ __forceinline__ void group_scan_slots(int lane, int n_experts,
 
 /* The tile table and the padding rows, entries t0, t0 + stride, ...: the slots, each
  * segment's tail (< align * tile_m rows past its tot[e] pairs), every row past the last used
- * slot. */
+ * slot; and the unit counters (unit_done, if any) zeroed. */
 static __device__ __forceinline__ void group_tables(int t0, int stride, int n_experts, int tile_m,
                                                     int align, int n_slots, const int *tot,
                                                     const int *tstart, int32_t *tile_expert,
                                                     int32_t *row_src, int32_t *row_dst,
-                                                    float *row_w)
+                                                    float *row_w, int32_t *unit_done)
 {
     const int used = tstart[n_experts];
     for (int s = t0; s < n_slots; s += stride)
         tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
+    if (unit_done)
+        for (int u = t0; u < (n_slots + 1) / 2; u += stride)
+            unit_done[(size_t)u * FP4_GROUP_DONE_STRIDE] = 0;
     const int seg_pad = align * tile_m;
     for (int i = t0; i < n_experts * seg_pad; i += stride) {
         const int ex = i / seg_pad, o = tot[ex] + i % seg_pad;
@@ -199,7 +203,8 @@ fp4_group_place_kernel(const int32_t *__restrict__ ids, const float *__restrict_
                        long long n_pairs, int k, int n_experts, int tile_m, int align,
                        int n_slots, const int32_t *__restrict__ counts, int n_blocks,
                        int32_t *__restrict__ tile_expert, int32_t *__restrict__ row_src,
-                       int32_t *__restrict__ row_dst, float *__restrict__ row_w)
+                       int32_t *__restrict__ row_dst, float *__restrict__ row_w,
+                       int32_t *__restrict__ unit_done)
 {
     __shared__ int wcnt[GROUP_WARPS][FP4_GROUP_MAX_EXPERTS]; /* counts, then next row */
     __shared__ int tpart[2][FP4_GROUP_MAX_EXPERTS], bpart[2][FP4_GROUP_MAX_EXPERTS];
@@ -242,7 +247,7 @@ fp4_group_place_kernel(const int32_t *__restrict__ ids, const float *__restrict_
         group_warp_bases(e, tstart[e] * tile_m + bpart[0][e] + bpart[1][e], wcnt);
     /* this block's share of the tables */
     group_tables(b * GROUP_THREADS + tid, n_blocks * GROUP_THREADS, n_experts, tile_m, align,
-                 n_slots, tot, tstart, tile_expert, row_src, row_dst, row_w);
+                 n_slots, tot, tstart, tile_expert, row_src, row_dst, row_w, unit_done);
     __syncthreads();
     group_rank_write(lane, warp, p0, k, ev, wv, wcnt, row_src, row_dst, row_w);
 }
@@ -252,7 +257,7 @@ __global__ void __launch_bounds__(GROUP_PREFIX_THREADS)
 fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_experts, int tile_m,
                         int align, int n_slots, int32_t *__restrict__ tile_expert,
                         int32_t *__restrict__ row_src, int32_t *__restrict__ row_dst,
-                        float *__restrict__ row_w)
+                        float *__restrict__ row_w, int32_t *__restrict__ unit_done)
 {
     __shared__ int part[GROUP_PREFIX_PARTS][FP4_GROUP_MAX_EXPERTS];
     __shared__ int tot[FP4_GROUP_MAX_EXPERTS];
@@ -288,7 +293,7 @@ fp4_group_prefix_kernel(int32_t *__restrict__ counts, int n_blocks, int n_expert
         }
     }
     group_tables(tid, GROUP_PREFIX_THREADS, n_experts, tile_m, align, n_slots, tot, tstart,
-                 tile_expert, row_src, row_dst, row_w);
+                 tile_expert, row_src, row_dst, row_w, unit_done);
 }
 
 __global__ void __launch_bounds__(GROUP_THREADS)
@@ -323,7 +328,7 @@ extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, 
                                      int n_experts, int tile_m, int align, int n_slots, void *scratch,
                                      size_t scratch_bytes, int32_t *tile_expert,
                                      int32_t *row_src, int32_t *row_dst, float *row_w,
-                                     cudaStream_t stream)
+                                     int32_t *unit_done, cudaStream_t stream)
 {
     if (!ids || !w || !scratch || !tile_expert || !row_src || !row_dst || !row_w || m < 1 ||
         k < 1 || n_experts < 1 || n_experts > FP4_GROUP_MAX_EXPERTS || tile_m < 1 ||
@@ -345,11 +350,11 @@ extern "C" cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, 
     if (nb <= GROUP_PLACE_MAX_BLOCKS)
         return cudaLaunchKernelEx(&blk, fp4_group_place_kernel, ids, w, n_pairs, k, n_experts,
                                   tile_m, align, n_slots, (const int32_t *)counts, nb,
-                                  tile_expert, row_src, row_dst, row_w);
+                                  tile_expert, row_src, row_dst, row_w, unit_done);
     const cudaLaunchConfig_t one =
         fp4_pdl_config(dim3(1), dim3(GROUP_PREFIX_THREADS), 0, stream, at1);
     err = cudaLaunchKernelEx(&one, fp4_group_prefix_kernel, counts, nb, n_experts, tile_m, align,
-                             n_slots, tile_expert, row_src, row_dst, row_w);
+                             n_slots, tile_expert, row_src, row_dst, row_w, unit_done);
     if (err != cudaSuccess) return err;
     return cudaLaunchKernelEx(&blk, fp4_group_scatter_kernel, ids, w, n_pairs, k, n_experts,
                               (const int32_t *)counts, row_src, row_dst, row_w);

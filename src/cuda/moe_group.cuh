@@ -13,6 +13,10 @@ extern "C" {
 #endif
 
 #define FP4_GROUP_MAX_EXPERTS 256
+/* unit_done (fp4_moe_group): one counter per unit of two slots (2u, 2u + 1), this many ints
+ * apart (128 bytes: a line of its own each, for the pollers of sm90-wgmma's FC1 -> FC2
+ * hand-off, sm90_w4a16_wgmma.cuh) */
+#define FP4_GROUP_DONE_STRIDE 32
 
 /* Tile slots needed for m*k pairs over E experts with segments padded to tile_m rows, each
  * segment a multiple of align (1 or 2) slots: they fit in ceil(m*k / tile_m) + align * E. */
@@ -20,6 +24,12 @@ static inline int fp4_moe_group_slots(int m, int k, int n_experts, int tile_m, i
 {
     long long p = (long long)m * k;
     return (int)((p + tile_m - 1) / tile_m) + align * n_experts;
+}
+
+/* Bytes of fp4_moe_group's unit_done for n_slots slots. */
+static inline size_t fp4_moe_group_done_bytes(int n_slots)
+{
+    return (size_t)((n_slots + 1) / 2) * FP4_GROUP_DONE_STRIDE * sizeof(int32_t);
 }
 
 /* Device scratch fp4_moe_group needs: one int per (chunk of 512 pairs, expert). */
@@ -34,12 +44,13 @@ size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts);
  * row_w = the pair's routing weight (0). Rows inside a segment are in ascending pair index
  * (the same tables on every run; the GEMMs do not depend on the order). n_slots must be
  * fp4_moe_group_slots(m, k, E, tile_m, align); scratch_bytes >= fp4_moe_group_scratch_bytes(m, k,
- * E), dead after the call's kernels. Two programmatic dependent launches, grids fixed by
- * m*k. E <= 256. */
+ * E), dead after the call's kernels. unit_done: NULL, or fp4_moe_group_done_bytes(n_slots)
+ * bytes whose (n_slots + 1) / 2 counters (FP4_GROUP_DONE_STRIDE ints apart) are zeroed with
+ * the tables. Two or three programmatic dependent launches, grids fixed by m*k. E <= 256. */
 cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k, int n_experts,
                           int tile_m, int align, int n_slots, void *scratch, size_t scratch_bytes,
                           int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
-                          float *row_w, cudaStream_t stream);
+                          float *row_w, int32_t *unit_done, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -57,6 +57,7 @@
 #include "sm90_w4a16_wgmma.cuh"
 #include "device_util.cuh"
 #include "gpu_pack.h"
+#include "moe_group.cuh"
 #include "wgmma_util.cuh"
 
 #define WG_THREADS 256
@@ -1047,6 +1048,53 @@ static __device__ __forceinline__ wg_cta wg_cta_of(unsigned char *smem_raw, int 
     c.nct = min(cols, ny - c.ctile);
     return c;
 }
+
+/* The FC1 -> FC2 hand-off (p.handoff, sm90_w4a16_wgmma.cuh). wg_start: before a CTA reads
+ * what an earlier kernel wrote; a plain launch with handoff waits only for the gated CTAs of
+ * its unit and of the unit before (thread 0 polls with acquire loads, then a CTA barrier
+ * orders every thread's reads after them), any other for the whole previous grid. wg_end: a
+ * gated launch's CTA publishes its unit (a barrier after every thread's stores, then thread
+ * 0's release add); the plain launch's last CTA waits for the gated grid, so that the plain
+ * grid completes after it. */
+static __device__ __forceinline__ int wg_ld_acquire(const int32_t *c)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
+    return v;
+}
+
+template <bool GATED>
+static __device__ __forceinline__ void wg_start(const fp4_mma_gemm_args &p, int unit)
+{
+    if (GATED || !p.handoff) {
+        fp4_pdl_wait();
+    } else {
+        if (threadIdx.x == 0) {
+            const int need = p.k / 64; /* the gated launch's CTAs per unit (its n / 64) */
+            const int32_t *c = p.handoff + (size_t)unit * FP4_GROUP_DONE_STRIDE;
+            while (wg_ld_acquire(c) < need) __nanosleep(256);
+            if (unit > 0)
+                while (wg_ld_acquire(c - FP4_GROUP_DONE_STRIDE) < need) __nanosleep(256);
+        }
+        __syncthreads();
+    }
+    fp4_pdl_trigger();
+}
+
+template <bool GATED>
+static __device__ __forceinline__ void wg_end(const fp4_mma_gemm_args &p, int unit)
+{
+    if (!p.handoff) return;
+    if (GATED) {
+        __syncthreads();
+        if (threadIdx.x == 0)
+            asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(
+                             p.handoff + (size_t)unit * FP4_GROUP_DONE_STRIDE)
+                         : "memory");
+    } else if (blockIdx.x == gridDim.x - 1) {
+        fp4_pdl_wait();
+    }
+}
 #endif
 
 /* Grid: units of two consecutive slots x groups of cols column tiles (the launcher's: 1, or
@@ -1066,8 +1114,7 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
     const wg_cta cta = wg_cta_of(smem_raw, ny, cols);
     unsigned char *sm = cta.sm;
     const int unit = cta.unit, ctile = cta.ctile, nct = cta.nct;
-    fp4_pdl_wait();
-    fp4_pdl_trigger();
+    wg_start<GATED>(p, unit);
     wg_unit<DEEP>(
         p, unit,
         [&](int e, int s, int nt) {
@@ -1099,6 +1146,7 @@ fp4_sm90_wgmma_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, int c
                 wg_tile<24, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
             else wg_tile<16, GATED, STRIPS, false, SC, FOLD>(p, sm, e, s, ctile, nct);
         });
+    wg_end<GATED>(p, unit);
 #else
     __trap(); /* not built for sm_90a: the launcher never gets here (init refuses) */
 #endif
@@ -1126,8 +1174,7 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, i
     const wg_cta cta = wg_cta_of(smem_raw, ny, cols);
     unsigned char *sm = cta.sm;
     const int unit = cta.unit, ctile = cta.ctile, nct = cta.nct;
-    fp4_pdl_wait();
-    fp4_pdl_trigger();
+    wg_start<false>(p, unit);
     wg_unit<false>(
         p, unit,
         [&](int e, int s, int) {
@@ -1145,6 +1192,7 @@ fp4_sm90_wgmma_res_kernel(const __grid_constant__ fp4_mma_gemm_args p, int ny, i
             else if (nt > 16) wg_res<24, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
             else wg_res<16, OBF16, RING, NK>(p, sm, e, s, ctile, nct);
         });
+    wg_end<false>(p, unit);
 #else
     __trap();
 #endif

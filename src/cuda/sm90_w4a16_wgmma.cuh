@@ -10,6 +10,17 @@
  * neither row_w nor gscale nor its 2^7 (its dequantized weights are w x s x 2^-7), so that
  * its stores multiply nothing. The pair computes FC2(h x w) where the two without fold compute
  * FC2(h) x w: equal but for the rounding of h to bf16.
+ * And args.handoff, the FC1 -> FC2 hand-off: a pair of launches, gated then plain, over the
+ * same slots (n_tiles_m), one right after the other on a stream, the plain one's k the gated
+ * one's n, both with the same zeroed counters (moe_group.cuh unit_done). Each CTA of the gated
+ * launch adds 1 to the counter of its unit (slots 2u, 2u + 1) once its output rows are
+ * stored (release); a CTA of the plain launch's unit v waits (acquire) until the counters of
+ * v and v - 1 (an expert's tail in slot 2v may be FC1 unit v - 1's) count every gated CTA of
+ * their unit (k / 64) instead of waiting for the whole gated grid, so with programmatic
+ * dependent launch FC2 runs in the SM slots that FC1's last wave leaves idle. No deadlock:
+ * the plain grid starts only once every gated CTA has started (each triggers after its
+ * wait). The plain grid's last CTA still waits for the gated grid before it exits, so the
+ * plain grid completes after the gated one (the next grouping zeroes the counters).
  */
 #ifndef FP4MOE_SM90_W4A16_WGMMA_CUH
 #define FP4MOE_SM90_W4A16_WGMMA_CUH

@@ -282,7 +282,7 @@ extern "C" cudaError_t fp4_mma_gemm(const fp4_mma_gemm_args *p, cudaStream_t str
 {
     if (!p || !p->a || !p->out || p->k < BK || p->k % BK || p->n < 64 || p->n % 64 ||
         p->n_tiles_m < 1 || p->n_tiles_m > 0x7fffffff / BM || (!p->tile_expert && p->row_dst) ||
-        p->fold) /* sm90-wgmma's contract only */
+        p->fold || p->handoff) /* sm90-wgmma's contract only */
         return cudaErrorInvalidValue;
     if (p->wfmt == FP4_MMA_W_NVFP4 ? (!p->wq || !p->ws) : (p->wfmt != FP4_MMA_W_BF16 || !p->wb))
         return cudaErrorInvalidValue;

@@ -61,6 +61,10 @@ typedef struct fp4_mma_gemm_args {
                                    kernel's 2^-7 not undone: see sm90_w4a16_wgmma.cuh) */
     const float *fold_gscale;   /* gated with fold: the plain launch's per-expert [E] global
                                    scale. NULL: 1 */
+    int32_t *handoff;           /* sm90-wgmma only (fp4_mma_gemm refuses it): the FC1 -> FC2
+                                   hand-off's unit counters, zeroed by the grouping
+                                   (moe_group.cuh unit_done); NULL: none. Contract in
+                                   sm90_w4a16_wgmma.cuh */
 } fp4_mma_gemm_args;
 
 /* One-time setup (dynamic shared-memory limits). Call before the first launch. */

@@ -4,8 +4,8 @@
  * segment of ceil(pairs / (align tile_m)) * align slots, its rows the expert's pairs in
  * ascending pair index (source token, pair index, the pair's weight bit for bit), then -1 /
  * -1 / 0 padding to the segment's end and past the last used slot; tile_expert the segment's
- * expert or -1. Every output is poisoned with non-NaN values first, so an unwritten entry
- * cannot pass. Cases from one pair to 160000 pairs (one block of the count and place kernels
+ * expert or -1; the unit counters (unit_done) zeroed. Every output is poisoned with non-NaN
+ * values first, so an unwritten entry cannot pass. Cases from one pair to 160000 pairs (one block of the count and place kernels
  * to 256; above that the prefix and scatter kernels), uneven loads (half the pairs on one
  * expert), experts with no pair, ids outside [0, E) (skipped), top-k = E, 100 and 256
  * experts, align 1 and 2, tile_m 64 and 16. The ids are written by a kernel that lets its
@@ -87,10 +87,11 @@ static void run_case(const group_case *c, cudaStream_t st, uint64_t *rng)
         x_w[r] = w[p];
     }
 
-    int32_t *d_ids_src, *d_ids, *d_te, *d_src, *d_dst;
+    int32_t *d_ids_src, *d_ids, *d_te, *d_src, *d_dst, *d_done;
     float *d_w_src, *d_w, *d_rw;
     void *scratch;
     const size_t sb = fp4_moe_group_scratch_bytes(c->m, c->k, c->e);
+    const size_t db = fp4_moe_group_done_bytes(n_slots);
     CK(cudaMalloc((void **)&d_ids_src, np * 4));
     CK(cudaMalloc((void **)&d_ids, np * 4));
     CK(cudaMalloc((void **)&d_w_src, np * 4));
@@ -100,6 +101,7 @@ static void run_case(const group_case *c, cudaStream_t st, uint64_t *rng)
     CK(cudaMalloc((void **)&d_dst, n_rows * 4));
     CK(cudaMalloc((void **)&d_rw, n_rows * 4));
     CK(cudaMalloc(&scratch, sb));
+    CK(cudaMalloc((void **)&d_done, db));
     CK(cudaMemcpy(d_ids_src, ids, np * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_w_src, w, np * 4, cudaMemcpyHostToDevice));
     /* poison: ids all 0 (a grouping of them differs from the expected one), weights and
@@ -113,11 +115,12 @@ static void run_case(const group_case *c, cudaStream_t st, uint64_t *rng)
     CK(cudaMemset(d_src, 0x5a, n_rows * 4));
     CK(cudaMemset(d_dst, 0x5a, n_rows * 4));
     CK(cudaMemset(scratch, 0x5a, sb));
+    CK(cudaMemset(d_done, 0x5a, db));
     CK(cudaDeviceSynchronize());
 
     CK(group_test_late_copy(d_ids_src, d_w_src, d_ids, d_w, np, 20000, st));
     cudaError_t err = fp4_moe_group(d_ids, d_w, c->m, c->k, c->e, c->tile_m, c->align, n_slots,
-                                    scratch, sb, d_te, d_src, d_dst, d_rw, st);
+                                    scratch, sb, d_te, d_src, d_dst, d_rw, d_done, st);
     CHECK(err == cudaSuccess, "%s: launch %s", c->name, cudaGetErrorString(err));
     CK(cudaStreamSynchronize(st));
 
@@ -127,6 +130,14 @@ static void run_case(const group_case *c, cudaStream_t st, uint64_t *rng)
     CK(cudaMemcpy(g_src, d_src, n_rows * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(g_dst, d_dst, n_rows * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(g_w, d_rw, n_rows * 4, cudaMemcpyDeviceToHost));
+    /* the unit counters: every one zeroed, the ints between them untouched */
+    int32_t *g_done = malloc(db);
+    CK(cudaMemcpy(g_done, d_done, db, cudaMemcpyDeviceToHost));
+    long long bad_done = -1;
+    for (long long i = 0; i < (long long)(db / 4) && bad_done < 0; i++)
+        if (g_done[i] != (i % FP4_GROUP_DONE_STRIDE ? 0x5a5a5a5a : 0)) bad_done = i;
+    CHECK(bad_done < 0, "%s: unit counter int %lld of %zu is 0x%x", c->name, bad_done, db / 4,
+          bad_done < 0 ? 0u : (unsigned)g_done[bad_done]);
     int bad_slot = -1;
     for (int s = 0; s < n_slots && bad_slot < 0; s++)
         if (g_te[s] != x_te[s]) bad_slot = s;
@@ -142,7 +153,7 @@ static void run_case(const group_case *c, cudaStream_t st, uint64_t *rng)
           bad_row < 0 ? 0 : x_src[bad_row], bad_row < 0 ? 0 : x_dst[bad_row],
           bad_row < 0 ? 0.0 : (double)x_w[bad_row]);
     printf("%s: %lld pairs, %d slots (%d in use)%s\n", c->name, np, n_slots, tstart[c->e],
-           bad_slot < 0 && bad_row < 0 ? "" : " FAILED");
+           bad_slot < 0 && bad_row < 0 && bad_done < 0 ? "" : " FAILED");
 
     CK(cudaFree(d_ids_src));
     CK(cudaFree(d_ids));
@@ -153,6 +164,8 @@ static void run_case(const group_case *c, cudaStream_t st, uint64_t *rng)
     CK(cudaFree(d_dst));
     CK(cudaFree(d_rw));
     CK(cudaFree(scratch));
+    CK(cudaFree(d_done));
+    free(g_done);
     free(ids), free(w), free(x_src), free(x_dst), free(x_te), free(x_w), free(pw);
     free(g_te), free(g_src), free(g_dst), free(g_w);
 }
