@@ -1,19 +1,18 @@
 /*
- * test_gpu_group.c - fp4_moe_group (the grouping of the sm90-wgmma and mma paths) against
- * the grouping rebuilt on the CPU from its rule (moe_group.cuh): per expert in id order a
- * segment of ceil(pairs / (align tile_m)) * align slots, its rows the expert's pairs in
- * ascending pair index (source token, pair index, the pair's weight bit for bit), then -1 /
- * -1 / 0 padding to the segment's end and past the last used slot; tile_expert the segment's
- * expert or -1; the unit counters (unit_done) zeroed. Every output is poisoned with non-NaN
- * values first, so an unwritten entry cannot pass. Cases from one pair to 160000 pairs (one block of the count and place kernels
- * to 256; above that the prefix and scatter kernels), uneven loads (half the pairs on one
- * expert), experts with no pair, ids outside [0, E) (skipped), top-k = E, 100 and 256
- * experts, align 1 and 2, tile_m 64 and 16. The ids are written by a kernel that lets its
- * dependents launch at once and writes 20 us later (test_gpu_group_dev.cu), so a count kernel
- * that read them before its programmatic-launch wait would count the poison; and the counts'
- * scratch is poisoned, so a place or prefix kernel that read it before its wait (the count
- * kernel lets it launch at its start, while the counts are being written) would likely read
- * poison.
+ * test_gpu_group.c - fp4_moe_group (the grouping of the sm90-wgmma and mma paths) against the
+ * grouping rebuilt on the CPU from its rule (moe_group.cuh): per expert in id order a segment of
+ * ceil(pairs / (align tile_m)) * align slots, its rows the expert's pairs in ascending pair index
+ * (source token, pair index, the pair's weight bit for bit), then -1 / -1 / 0 padding to the
+ * segment's end and past the last used slot; tile_expert the segment's expert or -1; the unit
+ * counters (unit_done) zeroed. Every output is poisoned with non-NaN values first, so an unwritten
+ * entry cannot pass. Cases from one pair to 160000 pairs (one block of the count and place kernels
+ * to 256; above that the prefix and scatter kernels), uneven loads (half the pairs on one expert),
+ * experts with no pair, ids outside [0, E) (skipped), top-k = E, 100 and 256 experts, align 1 and
+ * 2, tile_m 64 and 16. The ids are written by a kernel that lets its dependents launch at once and
+ * writes 20 us later (test_gpu_group_dev.cu), so a count kernel that read them before its
+ * programmatic-launch wait would count the poison; and the counts' scratch is poisoned, so a place
+ * or prefix kernel that read it before its wait (the count kernel lets it launch at its start,
+ * while the counts are being written) would likely read poison.
  * Prints "SKIP: no CUDA device" and exits 0 without a device.
  */
 #include <stdint.h>
