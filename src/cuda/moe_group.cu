@@ -108,7 +108,7 @@ static __device__ __forceinline__ void group_tables(int t0, int stride, int n_ex
     for (int s = t0; s < n_slots; s += stride)
         tile_expert[s] = fp4_slot_expert(s, n_experts, tstart);
     if (unit_done)
-        for (int u = t0; u < (n_slots + 1) / 2; u += stride)
+        for (int u = t0; u < fp4_moe_group_units(n_slots); u += stride)
             unit_done[(size_t)u * FP4_GROUP_DONE_STRIDE] = 0;
     const int seg_pad = align * tile_m;
     for (int i = t0; i < n_experts * seg_pad; i += stride) {

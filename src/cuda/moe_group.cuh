@@ -26,10 +26,19 @@ static inline int fp4_moe_group_slots(int m, int k, int n_experts, int tile_m, i
     return (int)((p + tile_m - 1) / tile_m) + align * n_experts;
 }
 
+#ifdef __CUDACC__
+#define FP4_GROUP_HD __host__ __device__
+#else
+#define FP4_GROUP_HD
+#endif
+/* Units of two slots (2u, 2u + 1) over n_slots slots: sm90-wgmma's work units, one
+ * unit_done counter each. */
+static inline FP4_GROUP_HD int fp4_moe_group_units(int n_slots) { return (n_slots + 1) / 2; }
+
 /* Bytes of fp4_moe_group's unit_done for n_slots slots. */
 static inline size_t fp4_moe_group_done_bytes(int n_slots)
 {
-    return (size_t)((n_slots + 1) / 2) * FP4_GROUP_DONE_STRIDE * sizeof(int32_t);
+    return (size_t)fp4_moe_group_units(n_slots) * FP4_GROUP_DONE_STRIDE * sizeof(int32_t);
 }
 
 /* Device scratch fp4_moe_group needs: one int per (chunk of 512 pairs, expert). */
@@ -45,7 +54,8 @@ size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts);
  * (the same tables on every run; the GEMMs do not depend on the order). n_slots must be
  * fp4_moe_group_slots(m, k, E, tile_m, align); scratch_bytes >= fp4_moe_group_scratch_bytes(m, k,
  * E), dead after the call's kernels. unit_done: NULL, or fp4_moe_group_done_bytes(n_slots)
- * bytes whose (n_slots + 1) / 2 counters (FP4_GROUP_DONE_STRIDE ints apart) are zeroed with
+ * bytes whose fp4_moe_group_units(n_slots) counters (FP4_GROUP_DONE_STRIDE ints apart) are
+ * zeroed with
  * the tables. Two or three programmatic dependent launches, grids fixed by m*k. E <= 256. */
 cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k, int n_experts,
                           int tile_m, int align, int n_slots, void *scratch, size_t scratch_bytes,

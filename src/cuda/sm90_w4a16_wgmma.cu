@@ -1306,7 +1306,7 @@ extern "C" cudaError_t fp4_sm90_wgmma_gemm(const fp4_mma_gemm_args *p, cudaStrea
     int cols = res ? (p->rows_per_expert <= WG_RES_FEW_ROWS ? WG_RES_FEW_COLS : WG_RES_COLS)
                    : strips || big ? WG_COLS : 1;
     const long long groups = (ny + cols - 1) / cols;
-    long long blocks = ((long long)p->n_tiles_m + 1) / 2 * groups;
+    long long blocks = (long long)fp4_moe_group_units(p->n_tiles_m) * groups;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)blocks);
     const void *kern = (const void *)fp4_sm90_wgmma_kernel<false, false>;
