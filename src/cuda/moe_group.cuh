@@ -55,8 +55,8 @@ size_t fp4_moe_group_scratch_bytes(int m, int k, int n_experts);
  * fp4_moe_group_slots(m, k, E, tile_m, align); scratch_bytes >= fp4_moe_group_scratch_bytes(m, k,
  * E), dead after the call's kernels. unit_done: NULL, or fp4_moe_group_done_bytes(n_slots)
  * bytes whose fp4_moe_group_units(n_slots) counters (FP4_GROUP_DONE_STRIDE ints apart) are
- * zeroed with
- * the tables. Two or three programmatic dependent launches, grids fixed by m*k. E <= 256. */
+ * zeroed with the tables. Two or three programmatic dependent launches, grids fixed by m*k.
+ * E <= 256. */
 cudaError_t fp4_moe_group(const int32_t *ids, const float *w, int m, int k, int n_experts,
                           int tile_m, int align, int n_slots, void *scratch, size_t scratch_bytes,
                           int32_t *tile_expert, int32_t *row_src, int32_t *row_dst,
