@@ -134,7 +134,7 @@ static void run_case(const group_case *c, cudaStream_t st, uint64_t *rng)
     CK(cudaMemcpy(g_done, d_done, db, cudaMemcpyDeviceToHost));
     long long bad_done = -1;
     for (long long i = 0; i < (long long)(db / 4) && bad_done < 0; i++)
-        if (g_done[i] != (i % FP4_GROUP_DONE_STRIDE ? 0x5a5a5a5a : 0)) bad_done = i;
+        if (g_done[i] != (i % FP4_GROUP_DONE_STRIDE ? POISON_I : 0)) bad_done = i;
     CHECK(bad_done < 0, "%s: unit counter int %lld of %zu is 0x%x", c->name, bad_done, db / 4,
           bad_done < 0 ? 0u : (unsigned)g_done[bad_done]);
     int bad_slot = -1;
